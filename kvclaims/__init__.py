@@ -1,0 +1,8 @@
+"""kvclaims: resident KV claims as a checkable contract.
+
+Subpackages, in dependency order: `spec` (the contract as types and the lowering judgment),
+`statemachine` (executable semantics), `solver` (Z3 model and proofs), `refinement` (trace
+checking), `vllm_binding` (stock vLLM 0.32 through its extension points). `cli` sits on top.
+"""
+
+__version__ = "0.1.0"

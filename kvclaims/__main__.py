@@ -1,0 +1,3 @@
+from kvclaims.cli import entry_point
+
+entry_point()

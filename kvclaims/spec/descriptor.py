@@ -1,0 +1,268 @@
+"""Runtime descriptors, format `descriptor: 1` (DESIGN 2.4), and their fail-closed loader.
+
+A descriptor is curated, anchored evidence about one runtime surface pinned to a version or
+commit. The loader accepts a deliberately small YAML: no aliases or anchors (so no alias
+bombs), no duplicate keys (PyYAML would silently keep the last), a size cap, UTF-8 only. Every
+rejection is a `DescriptorError` naming file, line and field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+
+from kvclaims.spec._types import Identifier, SpecModel, StrictStr, Text
+from kvclaims.spec.errors import DescriptorError, Problem
+from kvclaims.spec.evidence import (
+    Adapter,
+    Anchor,
+    EvidenceItem,
+    ForbiddenLowering,
+    LoweringRow,
+    Observation,
+)
+from kvclaims.spec.vocabulary import AdapterDepth, ApproximationSignal, ProtectionMode
+
+MAX_DESCRIPTOR_BYTES = 2 * 1024 * 1024
+"""Descriptors are a few KB; anything past 2 MiB is refused before it is parsed."""
+
+DESCRIPTOR_SUFFIXES = (".yaml", ".yml")
+
+
+class Descriptor(SpecModel):
+    """What one runtime surface supplies, natively and through adapters, with anchors."""
+
+    descriptor: Literal[1]
+    runtime: Identifier
+    surface: StrictStr = Field(min_length=1)
+    version: Text = ""
+    commit: Text = ""
+    provenance: Text = ""
+    approximation_signals: list[ApproximationSignal] = []
+    forbidden_lowerings: list[ForbiddenLowering] = []
+    native: list[EvidenceItem] = []
+    adapters: list[Adapter] = []
+    observations: list[Observation] = []
+    lowerings: list[LoweringRow] | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Descriptor:
+        if not (self.version.strip() or self.commit.strip()):
+            raise ValueError("a descriptor must pin its surface with 'version' or 'commit'")
+        if len(set(self.approximation_signals)) != len(self.approximation_signals):
+            raise ValueError("approximation_signals lists a signal twice")
+        names = [adapter.name for adapter in self.adapters]
+        if len(set(names)) != len(names):
+            raise ValueError("two adapters share a name")
+        for forbidden in self.forbidden_lowerings:
+            if forbidden.via not in self.approximation_signals:
+                raise ValueError(
+                    f"forbidden lowering via {forbidden.via} names a primitive that is not "
+                    "in approximation_signals"
+                )
+        return self
+
+    def rows(self) -> list[LoweringRow]:
+        """The rows to evaluate: the listed ones, or every mode at every depth."""
+        if self.lowerings is not None:
+            return list(self.lowerings)
+        return [LoweringRow(mode=m, depth=d) for m in ProtectionMode for d in AdapterDepth]
+
+    def anchors(self) -> Iterator[Anchor]:
+        items: Iterable[EvidenceItem | Observation] = [
+            *self.native,
+            *(item for adapter in self.adapters for item in adapter.evidence),
+            *self.observations,
+        ]
+        for item in items:
+            if item.anchor is not None:
+                yield item.anchor
+
+
+def load_descriptor(path: str | Path) -> Descriptor:
+    """Read, validate and anchor-check one descriptor file, or raise `DescriptorError`."""
+    path = Path(path)
+    document, lines = _read_yaml(path)
+    try:
+        descriptor = Descriptor.model_validate(document)
+    except ValidationError as error:
+        raise DescriptorError(_validation_problems(path, error, lines)) from None
+    for anchor in descriptor.anchors():
+        anchor.verify_digest(path.parent)
+    return descriptor
+
+
+def descriptor_paths(targets: Iterable[str | Path]) -> list[Path]:
+    """Expand files and directories into descriptor files, sorted, or raise `DescriptorError`."""
+    found: list[Path] = []
+    problems: list[Problem] = []
+    for target in map(Path, targets):
+        if target.is_dir():
+            inside = sorted(p for p in target.iterdir() if p.suffix in DESCRIPTOR_SUFFIXES)
+            if not inside:
+                problems.append(Problem(str(target), "directory contains no .yaml descriptor"))
+            found.extend(inside)
+        elif target.exists():
+            found.append(target)
+        else:
+            problems.append(Problem(str(target), "no such file or directory"))
+    if problems:
+        raise DescriptorError(problems)
+    return found
+
+
+def load_descriptors(targets: Iterable[str | Path]) -> list[tuple[Path, Descriptor]]:
+    """Load every descriptor under `targets`; all problems of all files are raised together."""
+    loaded: list[tuple[Path, Descriptor]] = []
+    problems: list[Problem] = []
+    for path in descriptor_paths(targets):
+        try:
+            loaded.append((path, load_descriptor(path)))
+        except DescriptorError as error:
+            problems.extend(error.problems)
+    if problems:
+        raise DescriptorError(problems)
+    return loaded
+
+
+# --- YAML reading with line numbers ---------------------------------------------------------
+
+_Path = tuple[str | int, ...]
+
+
+def _read_yaml(path: Path) -> tuple[Any, dict[_Path, int]]:
+    """Parse `path` into plain data plus a map from document path to 1-based line."""
+    file = str(path)
+    if not path.is_file():
+        raise DescriptorError([Problem(file, "not a readable file")])
+    size = path.stat().st_size
+    if size > MAX_DESCRIPTOR_BYTES:
+        raise DescriptorError(
+            [Problem(file, f"file is {size} bytes; descriptors are capped at {MAX_DESCRIPTOR_BYTES}")]
+        )
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw[: error.start].count(b"\n") + 1
+        raise DescriptorError([Problem(file, "file is not valid UTF-8", line=line)]) from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        line = mark.line + 1 if mark else None
+        column = mark.column + 1 if mark else None
+        message = f"invalid YAML: {error.problem or error.context}"
+        raise DescriptorError([Problem(file, message, line=line, column=column)]) from None
+    except (yaml.YAMLError, RecursionError) as error:
+        raise DescriptorError([Problem(file, f"invalid YAML: {type(error).__name__}")]) from None
+    if root is None:
+        raise DescriptorError([Problem(file, "file is empty")])
+    lines: dict[_Path, int] = {}
+    try:
+        document = _to_data(root, (), lines, file, seen=set())
+    except RecursionError:
+        raise DescriptorError([Problem(file, "document is nested too deeply")]) from None
+    return document, lines
+
+
+def _to_data(node: yaml.Node, at: _Path, lines: dict[_Path, int], file: str, seen: set[int]) -> Any:
+    """Convert a composed node to data, refusing aliases, merge keys and duplicate keys."""
+    line = node.start_mark.line + 1
+    lines[at] = line
+    if id(node) in seen:
+        raise DescriptorError(
+            [
+                Problem(
+                    file,
+                    "YAML aliases are not allowed in descriptors",
+                    line=line,
+                    field=_dotted(at),
+                )
+            ]
+        )
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        result: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            key = _scalar(key_node, file)
+            if key == "<<" or key_node.tag == "tag:yaml.org,2002:merge":
+                raise DescriptorError(
+                    [
+                        Problem(
+                            file,
+                            "YAML merge keys are not allowed",
+                            line=key_node.start_mark.line + 1,
+                        )
+                    ]
+                )
+            if key in result:
+                raise DescriptorError(
+                    [
+                        Problem(
+                            file,
+                            f"duplicate key {key!r}",
+                            line=key_node.start_mark.line + 1,
+                            field=_dotted((*at, key)),
+                        )
+                    ]
+                )
+            result[key] = _to_data(value_node, (*at, key), lines, file, seen)
+        return result
+    if isinstance(node, yaml.SequenceNode):
+        return [_to_data(item, (*at, i), lines, file, seen) for i, item in enumerate(node.value)]
+    return _scalar(node, file)
+
+
+def _scalar(node: yaml.Node, file: str) -> Any:
+    if not isinstance(node, yaml.ScalarNode):
+        raise DescriptorError(
+            [Problem(file, "mapping keys must be plain scalars", line=node.start_mark.line + 1)]
+        )
+    try:
+        return yaml.constructor.SafeConstructor().construct_object(node)
+    except yaml.YAMLError as error:
+        raise DescriptorError(
+            [Problem(file, f"invalid scalar: {error}", line=node.start_mark.line + 1)]
+        ) from None
+
+
+def _dotted(at: _Path) -> str:
+    return ".".join(str(part) for part in at) or "<document>"
+
+
+def _validation_problems(path: Path, error: ValidationError, lines: dict[_Path, int]) -> list[Problem]:
+    problems = []
+    for detail in error.errors(include_url=False):
+        field, line = _locate(tuple(detail["loc"]), lines)
+        problems.append(Problem(str(path), _message(detail), line=line, field=field))
+    return problems
+
+
+def _locate(loc: _Path, lines: dict[_Path, int]) -> tuple[str, int | None]:
+    """Map a pydantic error location to a document path and the line it starts on.
+
+    Tagged unions insert their tag into `loc` (`...predicate.leading_prefix_at_least.blocks`);
+    parts that are not document keys are dropped, except a final missing field name.
+    """
+    at: _Path = ()
+    for index, part in enumerate(loc):
+        if (*at, part) in lines or index == len(loc) - 1:
+            at = (*at, part)
+    known = at
+    while known and known not in lines:
+        known = known[:-1]
+    return _dotted(at), lines.get(known, lines.get(()))
+
+
+def _message(detail: dict[str, Any]) -> str:
+    message = str(detail["msg"])
+    if detail["type"] == "extra_forbidden":
+        return "unknown field"
+    if detail["type"] in ("enum", "literal_error"):
+        return f"{message} (got {detail.get('input')!r})"
+    return message

@@ -1,0 +1,179 @@
+"""Evidence: anchored statements that a runtime (or an adapter on it) discharges an obligation.
+
+An evidence item counts toward a lowering only if it is `supported`, anchored, of a scope its
+obligation and depth allow, and not contradicted at its depth (`kvclaims.spec.lowering`). Here
+are the shapes and the one local question an item can answer by itself: is its anchor real?
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, PrivateAttr, model_validator
+
+from kvclaims.spec._types import (
+    Identifier,
+    NonNegativeInt,
+    ObligationName,
+    SpecModel,
+    StrictBool,
+    Text,
+)
+from kvclaims.spec.vocabulary import (
+    AdapterDepth,
+    AnchorKind,
+    ApproximationSignal,
+    EvidenceScope,
+    EvidenceStatus,
+    ObservationAtom,
+    ProtectionMode,
+    TelemetryJoinPrecondition,
+)
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_DIGEST_CHUNK = 1 << 20
+
+
+class Anchor(SpecModel):
+    """Where evidence can be checked: public docs, source at a commit, a trace, an artifact.
+
+    An anchor counts only with a non-empty locator (`path` or `url`) and a non-empty `note`.
+    A trace anchor must also say how order is preserved (`ordering`) and how events are tied to
+    the claim (`claim_scope`), because a trace without order or claim scope proves nothing about
+    a lifecycle. An anchor with `sha256` counts only once its file was found and matched
+    (`verify_digest`); until then it is unverified, which fails closed.
+    """
+
+    kind: AnchorKind
+    path: Text = ""
+    url: Text = ""
+    repository: Text = ""
+    commit: Text = ""
+    section: Text = ""
+    note: Text = ""
+    ordering: Text = ""
+    claim_scope: Text = ""
+    sha256: Annotated[str, Field(pattern=_SHA256.pattern)] | None = None
+    event_range: tuple[NonNegativeInt, NonNegativeInt] | None = None
+    claim_ids: list[Identifier] = []
+
+    _digest_verified: bool | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _ordered_event_range(self) -> Anchor:
+        if self.event_range is not None and self.event_range[0] > self.event_range[1]:
+            raise ValueError("event_range must be [first, last] with first <= last")
+        return self
+
+    def problems(self) -> list[str]:
+        """Why this anchor does not count; empty when it does."""
+        found: list[str] = []
+        if not (self.path.strip() or self.url.strip()):
+            found.append("anchor has neither path nor url")
+        if not self.note.strip():
+            found.append("anchor has no note")
+        if self.kind is AnchorKind.trace:
+            if not self.ordering.strip():
+                found.append("trace anchor does not say how event order is preserved")
+            if not self.claim_scope.strip():
+                found.append("trace anchor does not say how events are tied to the claim")
+        if self.sha256 is not None and self._digest_verified is not True:
+            found.append(
+                "anchor digest not verified"
+                if self._digest_verified is None
+                else "anchored file is missing or its sha256 does not match"
+            )
+        return found
+
+    @property
+    def counts(self) -> bool:
+        return not self.problems()
+
+    def verify_digest(self, base_dir: Path) -> None:
+        """Check `sha256` against the local file at `path` (relative to `base_dir`).
+
+        Only local files can be verified; a digest on a URL-only anchor stays unverified.
+        """
+        if self.sha256 is None:
+            return
+        target = (base_dir / self.path) if self.path.strip() else None
+        self._digest_verified = target is not None and _file_sha256(target) == self.sha256
+
+
+def _file_sha256(path: Path) -> str | None:
+    try:
+        digest = hashlib.sha256()
+        with path.open("rb") as handle:
+            while chunk := handle.read(_DIGEST_CHUNK):
+                digest.update(chunk)
+        return digest.hexdigest()
+    except OSError:
+        return None
+
+
+class EvidenceItem(SpecModel):
+    """One statement about one obligation. Its depth is the depth of where it is listed:
+    `native` items are depth `none`, adapter items have their adapter's depth."""
+
+    obligation: ObligationName
+    status: EvidenceStatus
+    scope: EvidenceScope
+    anchor: Anchor | None = None
+    note: Text = ""
+
+
+class Observation(SpecModel):
+    """An observed behaviour atom (e.g. a pressure control), needed by some modes besides
+    obligations. Counts only anchored and observed (never from docs)."""
+
+    atom: ObservationAtom
+    scope: EvidenceScope
+    anchor: Anchor | None = None
+    note: Text = ""
+
+
+class Adapter(SpecModel):
+    """Code outside the backend that supplies obligations at a depth, and is trusted for them.
+
+    A telemetry_join adapter supplies nothing unless all nine preconditions are true; a
+    precondition that is absent is false.
+    """
+
+    name: Identifier
+    depth: AdapterDepth
+    preconditions: dict[TelemetryJoinPrecondition, StrictBool] = {}
+    evidence: list[EvidenceItem] = []
+    trust_boundary: Text = ""
+
+    @model_validator(mode="after")
+    def _adapter_has_a_depth(self) -> Adapter:
+        if self.depth is AdapterDepth.none:
+            raise ValueError("an adapter's depth cannot be 'none'; native evidence goes under 'native'")
+        return self
+
+    def missing_preconditions(self) -> list[TelemetryJoinPrecondition]:
+        return [p for p in TelemetryJoinPrecondition if not self.preconditions.get(p, False)]
+
+
+class ForbiddenLowering(SpecModel):
+    """A runtime-specific mapping that would misrepresent the contract (curated finding)."""
+
+    mode: ProtectionMode
+    via: ApproximationSignal
+    reason: Annotated[Text, Field(min_length=1)]
+
+
+class LoweringRow(SpecModel):
+    """One (mode, depth) question to ask of a descriptor.
+
+    `inferred_from` records feature-table inferences ("obligation X comes from primitive Y")
+    so that they can be refused explicitly: an inference never supplies an obligation, and some
+    are misattributions (rejected) or category errors (invalid); see `INFERENCE_VERDICTS`.
+    """
+
+    mode: ProtectionMode
+    depth: AdapterDepth
+    inferred_from: dict[ObligationName, ApproximationSignal] = {}

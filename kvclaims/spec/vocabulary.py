@@ -1,0 +1,238 @@
+"""The closed vocabularies of the resident-claim contract (seed 000 s. 3-5, seed 001 s. 3).
+
+Every enum here is a public interface: descriptor YAML, trace events, verdict JSON and the Z3
+model all spell these values exactly. Which value relates to which (bundles, depth rules,
+enforcement sets) is not decided here but in `kvclaims.spec.tables`, the one table of facts.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class _RankedStrEnum(StrEnum):
+    """A StrEnum ordered by declaration order instead of by spelling.
+
+    All four comparisons are overridden because `str` already defines them, so
+    `functools.total_ordering` would silently keep the alphabetical ones.
+    """
+
+    @property
+    def rank(self) -> int:
+        return list(type(self)).index(self)
+
+    def _rank_of(self, other: object) -> int:
+        if type(other) is not type(self):
+            raise TypeError(f"cannot order {type(self).__name__} against {type(other).__name__}")
+        return other.rank  # type: ignore[attr-defined]
+
+    def __lt__(self, other: object) -> bool:
+        return self.rank < self._rank_of(other)
+
+    def __le__(self, other: object) -> bool:
+        return self.rank <= self._rank_of(other)
+
+    def __gt__(self, other: object) -> bool:
+        return self.rank > self._rank_of(other)
+
+    def __ge__(self, other: object) -> bool:
+        return self.rank >= self._rank_of(other)
+
+    __hash__ = StrEnum.__hash__
+
+
+class ProtectionMode(StrEnum):
+    """What an accepted claim promises (seed 001 table 3, seed 000 section 3)."""
+
+    best_effort = "best_effort"
+    soft_priority = "soft_priority"
+    hard_protected = "hard_protected"
+    demotable = "demotable"
+    expiring = "expiring"
+    offloadable = "offloadable"
+    routed_reuse = "routed_reuse"
+
+
+class Obligation(StrEnum):
+    """A contract obligation a runtime must discharge for a mode (seed 000 table 1).
+
+    The short code (`I`, `A`, ...) of each is `OBLIGATION_CODES` in `tables`.
+    """
+
+    claim_identity = "claim_identity"
+    explicit_acceptance = "explicit_acceptance"
+    materialization_predicate = "materialization_predicate"
+    footprint_accounting = "footprint_accounting"
+    ordered_lifecycle_events = "ordered_lifecycle_events"
+    claim_materialized_event = "claim_materialized_event"
+    claim_demoted_before_loss = "claim_demoted_before_loss"
+    claim_expired_boundary = "claim_expired_boundary"
+    offload_restorability = "offload_restorability"
+    restoration_failure_outcome = "restoration_failure_outcome"
+    victim_exclusion_before_violation = "victim_exclusion_before_violation"
+    explicit_conflict_action = "explicit_conflict_action"
+    blocking_claim_ids = "blocking_claim_ids"
+    claim_harm_attribution = "claim_harm_attribution"
+    claim_scoped_telemetry = "claim_scoped_telemetry"
+    priority_influence = "priority_influence"
+    route_cost_attribution = "route_cost_attribution"
+    placement_attribution = "placement_attribution"
+    reuse_routing_attribution = "reuse_routing_attribution"
+
+
+class AdapterDepth(_RankedStrEnum):
+    """How deep an adapter reaches into a runtime (seed 000 table 4), totally ordered.
+
+    Selecting depth `a` admits native evidence and every adapter whose depth is `<= a`.
+    `none` doubles as the depth of native evidence.
+    """
+
+    none = "none"
+    telemetry_join = "telemetry_join"
+    claim_registry = "claim_registry"
+    storage_restorability = "storage_restorability"
+    routing_hook = "routing_hook"
+    scheduler_hook = "scheduler_hook"
+    allocator_hook = "allocator_hook"
+    backend_patch = "backend_patch"
+
+
+class EvidenceStatus(StrEnum):
+    """What an evidence item asserts about its obligation. Only `supported` can count."""
+
+    supported = "supported"
+    partial = "partial"
+    unknown = "unknown"
+    missing = "missing"
+
+
+class EvidenceScope(StrEnum):
+    """How an evidence item was obtained; decides which obligations it may discharge."""
+
+    docs = "docs"
+    source_inspection = "source_inspection"
+    litmus_trace = "litmus_trace"
+    conformance_trace = "conformance_trace"
+    controlled_pressure = "controlled_pressure"
+    failure_injection = "failure_injection"
+    artifact_generated = "artifact_generated"
+
+
+class AnchorKind(StrEnum):
+    """Where an anchor points: public docs, source at a commit, a recorded trace, an artifact."""
+
+    docs = "docs"
+    source = "source"
+    trace = "trace"
+    artifact = "artifact"
+
+
+class ApproximationSignal(StrEnum):
+    """A runtime primitive that resembles a contract feature without discharging it.
+
+    Signals make a row plausible (approximate) but never satisfy an obligation by themselves
+    (fail-closed rule 1).
+    """
+
+    priority_value = "priority_value"
+    duration_field = "duration_field"
+    block_events = "block_events"
+    storage_tier = "storage_tier"
+    kv_aware_routing = "kv_aware_routing"
+    active_no_evict = "active_no_evict"
+    generic_counters = "generic_counters"
+    fallback_recompute = "fallback_recompute"
+    unclaimed_load_failure = "unclaimed_load_failure"
+    block_pinning = "block_pinning"
+
+
+class TelemetryJoinPrecondition(StrEnum):
+    """The nine preconditions under which a telemetry join may supply anything (seed 000 t. 5)."""
+
+    external_claim_registry = "external_claim_registry"
+    stable_claim_id = "stable_claim_id"
+    reusable_object_id = "reusable_object_id"
+    fixed_materialization_predicate = "fixed_materialization_predicate"
+    deterministic_request_token_map = "deterministic_request_token_map"
+    fixed_cache_identity = "fixed_cache_identity"
+    named_observation_point = "named_observation_point"
+    joinable_backend_events = "joinable_backend_events"
+    ambiguity_fails_closed = "ambiguity_fails_closed"
+
+
+class ObservationAtom(StrEnum):
+    """An observed behaviour that a mode needs besides its obligations.
+
+    soft_priority needs all three controlled-pressure atoms (seed 000 section 6.1: original,
+    swapped and equal-priority trials).
+    """
+
+    pressure_control_original = "pressure_control_original"
+    pressure_control_swapped = "pressure_control_swapped"
+    pressure_control_equal = "pressure_control_equal"
+
+
+class ClaimState(StrEnum):
+    """Lifecycle state of one claim (DESIGN 2.1). Refusal and deferral are not claim states:
+    they are outcomes of an active request, attributed to claims by `blocking_claim_ids`."""
+
+    submitted = "submitted"
+    accepted = "accepted"
+    rejected = "rejected"
+    materialized = "materialized"
+    offloaded = "offloaded"
+    restoring = "restoring"
+    demoted = "demoted"
+    expired = "expired"
+    released = "released"
+    harmed = "harmed"
+
+
+class DecisionKind(StrEnum):
+    """A runtime's answer to a submitted claim (seed 001 table 2)."""
+
+    accepted = "accepted"
+    rejected = "rejected"
+    conditionally_accepted = "conditionally_accepted"
+
+
+class Label(_RankedStrEnum):
+    """The lowering judgment's answer for one (descriptor, mode, depth) row, ordered by strength.
+
+    `invalid < rejected < unknown < approximate < sound_with_adapter < native_sound`.
+    `invalid` sits at the bottom but is a different kind of answer: the question itself was
+    ill-posed (the row claims an impossible lowering), not that evidence was too weak.
+    """
+
+    invalid = "invalid"
+    rejected = "rejected"
+    unknown = "unknown"
+    approximate = "approximate"
+    sound_with_adapter = "sound_with_adapter"
+    native_sound = "native_sound"
+
+    @property
+    def is_sound(self) -> bool:
+        return self in (Label.sound_with_adapter, Label.native_sound)
+
+
+class LabelSubtype(StrEnum):
+    """What kind of trust a sound_with_adapter row rests on (seed 000 table 3)."""
+
+    adapter_observational = "adapter_observational"
+    adapter_policy_under_pressure = "adapter_policy_under_pressure"
+    adapter_enforcement = "adapter_enforcement"
+    backend_patch_witness = "backend_patch_witness"
+
+
+class ConformanceRule(StrEnum):
+    """The normative refinement rules of DESIGN 4, in order; every lifecycle violation and
+    every refinement rejection names exactly one."""
+
+    identity = "identity"
+    lifecycle = "lifecycle"
+    capacity_arithmetic = "capacity_arithmetic"
+    attribution = "attribution"
+    offload_order = "offload_order"
+    no_silent_harm = "no_silent_harm"
+    hybrid_two_key = "hybrid_two_key"

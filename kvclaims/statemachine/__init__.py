@@ -1,0 +1,1 @@
+"""kvclaims.statemachine: the claim lifecycle as executable semantics."""
