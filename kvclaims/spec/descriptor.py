@@ -132,103 +132,80 @@ def load_descriptors(targets: Iterable[str | Path]) -> list[tuple[Path, Descript
 # --- YAML reading with line numbers ---------------------------------------------------------
 
 _Path = tuple[str | int, ...]
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _fail(file: str, message: str, **where: Any) -> DescriptorError:
+    return DescriptorError([Problem(file, message, **where)])
 
 
 def _read_yaml(path: Path) -> tuple[Any, dict[_Path, int]]:
     """Parse `path` into plain data plus a map from document path to 1-based line."""
     file = str(path)
     if not path.is_file():
-        raise DescriptorError([Problem(file, "not a readable file")])
+        raise _fail(file, "not a readable file")
     size = path.stat().st_size
     if size > MAX_DESCRIPTOR_BYTES:
-        raise DescriptorError(
-            [Problem(file, f"file is {size} bytes; descriptors are capped at {MAX_DESCRIPTOR_BYTES}")]
-        )
+        raise _fail(file, f"file is {size} bytes; descriptors are capped at {MAX_DESCRIPTOR_BYTES}")
     raw = path.read_bytes()
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
-        line = raw[: error.start].count(b"\n") + 1
-        raise DescriptorError([Problem(file, "file is not valid UTF-8", line=line)]) from None
+        raise _fail(file, "file is not valid UTF-8", line=raw[: error.start].count(b"\n") + 1) from None
     try:
+        _refuse_aliases(text, file)
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
-        line = mark.line + 1 if mark else None
-        column = mark.column + 1 if mark else None
-        message = f"invalid YAML: {error.problem or error.context}"
-        raise DescriptorError([Problem(file, message, line=line, column=column)]) from None
+        where = {"line": mark.line + 1, "column": mark.column + 1} if mark else {}
+        raise _fail(file, f"invalid YAML: {error.problem or error.context}", **where) from None
     except (yaml.YAMLError, RecursionError) as error:
-        raise DescriptorError([Problem(file, f"invalid YAML: {type(error).__name__}")]) from None
+        raise _fail(file, f"invalid YAML: {type(error).__name__}") from None
     if root is None:
-        raise DescriptorError([Problem(file, "file is empty")])
+        raise _fail(file, "file is empty")
     lines: dict[_Path, int] = {}
     try:
-        document = _to_data(root, (), lines, file, seen=set())
+        document = _to_data(root, (), lines, file)
     except RecursionError:
-        raise DescriptorError([Problem(file, "document is nested too deeply")]) from None
+        raise _fail(file, "document is nested too deeply") from None
     return document, lines
 
 
-def _to_data(node: yaml.Node, at: _Path, lines: dict[_Path, int], file: str, seen: set[int]) -> Any:
-    """Convert a composed node to data, refusing aliases, merge keys and duplicate keys."""
-    line = node.start_mark.line + 1
-    lines[at] = line
-    if id(node) in seen:
-        raise DescriptorError(
-            [
-                Problem(
-                    file,
-                    "YAML aliases are not allowed in descriptors",
-                    line=line,
-                    field=_dotted(at),
-                )
-            ]
-        )
-    seen.add(id(node))
+def _refuse_aliases(text: str, file: str) -> None:
+    """Aliases are how YAML bombs multiply and descriptors never need them. Checked on the
+    event stream, before anything is composed, so the alias's own line is reported."""
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent):
+            raise _fail(file, "YAML aliases are not allowed in descriptors", line=event.start_mark.line + 1)
+
+
+def _to_data(node: yaml.Node, at: _Path, lines: dict[_Path, int], file: str) -> Any:
+    """Convert a composed node to data, refusing merge keys and duplicate keys."""
+    lines[at] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
         result: dict[Any, Any] = {}
         for key_node, value_node in node.value:
+            line = key_node.start_mark.line + 1
+            if key_node.tag == _MERGE_TAG:
+                raise _fail(file, "YAML merge keys are not allowed", line=line)
             key = _scalar(key_node, file)
-            if key == "<<" or key_node.tag == "tag:yaml.org,2002:merge":
-                raise DescriptorError(
-                    [
-                        Problem(
-                            file,
-                            "YAML merge keys are not allowed",
-                            line=key_node.start_mark.line + 1,
-                        )
-                    ]
-                )
             if key in result:
-                raise DescriptorError(
-                    [
-                        Problem(
-                            file,
-                            f"duplicate key {key!r}",
-                            line=key_node.start_mark.line + 1,
-                            field=_dotted((*at, key)),
-                        )
-                    ]
-                )
-            result[key] = _to_data(value_node, (*at, key), lines, file, seen)
+                raise _fail(file, f"duplicate key {key!r}", line=line, field=_dotted((*at, key)))
+            result[key] = _to_data(value_node, (*at, key), lines, file)
         return result
     if isinstance(node, yaml.SequenceNode):
-        return [_to_data(item, (*at, i), lines, file, seen) for i, item in enumerate(node.value)]
+        return [_to_data(item, (*at, i), lines, file) for i, item in enumerate(node.value)]
     return _scalar(node, file)
 
 
 def _scalar(node: yaml.Node, file: str) -> Any:
+    line = node.start_mark.line + 1
     if not isinstance(node, yaml.ScalarNode):
-        raise DescriptorError(
-            [Problem(file, "mapping keys must be plain scalars", line=node.start_mark.line + 1)]
-        )
+        raise _fail(file, "mapping keys must be plain scalars", line=line)
     try:
         return yaml.constructor.SafeConstructor().construct_object(node)
     except yaml.YAMLError as error:
-        raise DescriptorError(
-            [Problem(file, f"invalid scalar: {error}", line=node.start_mark.line + 1)]
-        ) from None
+        raise _fail(file, f"invalid scalar: {getattr(error, 'problem', None) or error}", line=line) from None
 
 
 def _dotted(at: _Path) -> str:

@@ -1,0 +1,191 @@
+"""Malformed descriptor input is a typed error naming file, line and field, never a label.
+
+An empty or deleted anchor is *not* malformed: it loads and fails closed in the judgment.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from kvclaims.spec.descriptor import MAX_DESCRIPTOR_BYTES, load_descriptor, load_descriptors
+from kvclaims.spec.errors import DescriptorError, Problem
+from kvclaims.spec.lowering import lower
+from kvclaims.spec.vocabulary import AdapterDepth, ProtectionMode
+
+VALID = """\
+descriptor: 1
+runtime: example
+surface: Example 1.0
+version: "1.0"
+approximation_signals: [priority_value]
+native:
+  - obligation: priority_influence
+    status: supported
+    scope: controlled_pressure
+    anchor: {kind: docs, url: "https://example.org", note: "pressure run"}
+adapters:
+  - name: join
+    depth: telemetry_join
+    preconditions: {external_claim_registry: true}
+    evidence: []
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "d.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def problems_of(path: Path) -> list[Problem]:
+    with pytest.raises(DescriptorError) as raised:
+        load_descriptor(path)
+    assert raised.value.problems
+    for problem in raised.value.problems:
+        assert problem.file == str(path)
+    return raised.value.problems
+
+
+def test_valid_descriptor_loads(tmp_path: Path) -> None:
+    loaded = load_descriptor(write(tmp_path, VALID))
+    assert loaded.adapters[0].depth is AdapterDepth.telemetry_join
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "field", "message"),
+    [
+        (VALID.replace("version:", "versoin:"), 4, "versoin", "unknown field"),
+        (VALID.replace("status: supported", "status: proven"), 8, "native.0.status", "proven"),
+        (VALID.replace("depth: telemetry_join", "depth: kernel_hook"), 13, "adapters.0.depth", "kernel_hook"),
+        (
+            VALID.replace("{external_claim_registry: true}", "{external_claim_registry: 'yes'}"),
+            14,
+            "adapters.0.preconditions.external_claim_registry",
+            "boolean",
+        ),
+        (VALID.replace("descriptor: 1", "descriptor: '1'"), 1, "descriptor", "1"),
+        (
+            VALID.replace("obligation: priority_influence", "obligation: claim_harm"),
+            7,
+            "native.0.obligation",
+            "claim_harm",
+        ),
+        (VALID.replace("  - name: join\n", "  - name: ''\n"), 12, "adapters.0.name", "at least 1"),
+        (VALID.replace("depth: telemetry_join", "depth: none"), 12, "adapters.0", "native evidence"),
+    ],
+    ids=[
+        "unknown-field",
+        "unknown-status",
+        "unknown-depth",
+        "wrong-type",
+        "string-for-int",
+        "unknown-obligation",
+        "empty-name",
+        "adapter-at-native-depth",
+    ],
+)
+def test_schema_errors_name_line_and_field(
+    tmp_path: Path, text: str, line: int, field: str, message: str
+) -> None:
+    (problem,) = problems_of(write(tmp_path, text))
+    assert (problem.line, problem.field) == (line, field)
+    assert message in problem.message
+
+
+def test_missing_required_field_is_named(tmp_path: Path) -> None:
+    problems = problems_of(write(tmp_path, VALID.replace("surface: Example 1.0\n", "")))
+    assert [p.field for p in problems] == ["surface"]
+
+
+def test_invalid_yaml_names_line_and_column(tmp_path: Path) -> None:
+    (problem,) = problems_of(write(tmp_path, VALID + "  - [unclosed\n"))
+    assert problem.line is not None and problem.line >= 16 and problem.column is not None
+    assert "invalid YAML" in problem.message
+
+
+def test_duplicate_keys_are_refused(tmp_path: Path) -> None:
+    (problem,) = problems_of(write(tmp_path, VALID + "runtime: other\n"))
+    assert (problem.line, problem.field) == (16, "runtime")
+    assert "duplicate key" in problem.message
+
+
+def test_alias_bomb_is_refused_quickly(tmp_path: Path) -> None:
+    lines = ["descriptor: 1", 'a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 10)]
+    started = time.perf_counter()
+    (problem,) = problems_of(write(tmp_path, "\n".join(lines) + "\n"))
+    assert time.perf_counter() - started < 5
+    assert "aliases are not allowed" in problem.message and problem.line == 3
+
+
+def test_merge_keys_are_refused(tmp_path: Path) -> None:
+    text = "other:\n  <<: {runtime: x}\n"
+    (problem,) = problems_of(write(tmp_path, text))
+    assert "not allowed" in problem.message
+
+
+def test_oversized_file_is_refused_before_parsing(tmp_path: Path) -> None:
+    path = tmp_path / "big.yaml"
+    with path.open("wb") as handle:
+        handle.write(b"descriptor: 1\nnotes: '")
+        handle.truncate(50 * 1024 * 1024)
+    (problem,) = problems_of(path)
+    assert str(MAX_DESCRIPTOR_BYTES) in problem.message and problem.line is None
+
+
+def test_invalid_utf8_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "d.yaml"
+    path.write_bytes(VALID.encode() + b"notes: \xff\xfe\n")
+    (problem,) = problems_of(path)
+    assert (problem.line, problem.message) == (16, "file is not valid UTF-8")
+
+
+def test_deep_nesting_is_refused(tmp_path: Path) -> None:
+    (problem,) = problems_of(write(tmp_path, "x: " + "[" * 5000 + "]" * 5000 + "\n"))
+    assert "nested" in problem.message or "invalid YAML" in problem.message
+
+
+@pytest.mark.parametrize("text", ["", "   \n", "# only a comment\n"])
+def test_empty_file_is_refused(tmp_path: Path, text: str) -> None:
+    (problem,) = problems_of(write(tmp_path, text))
+    assert "empty" in problem.message
+
+
+def test_a_scalar_document_is_refused(tmp_path: Path) -> None:
+    (problem,) = problems_of(write(tmp_path, "just a string\n"))
+    assert problem.line == 1
+
+
+def test_directory_without_descriptors_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("nothing here")
+    with pytest.raises(DescriptorError, match=r"no \.yaml descriptor"):
+        load_descriptors([tmp_path])
+
+
+def test_missing_path_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(DescriptorError, match="no such file"):
+        load_descriptors([tmp_path / "absent.yaml"])
+
+
+def test_all_problems_of_all_files_are_reported_together(tmp_path: Path) -> None:
+    write(tmp_path, VALID, "a.yaml")
+    write(tmp_path, VALID.replace("version:", "versoin:"), "b.yaml")
+    write(tmp_path, "descriptor: [", "c.yaml")
+    with pytest.raises(DescriptorError) as raised:
+        load_descriptors([tmp_path])
+    assert sorted(Path(p.file).name for p in raised.value.problems) == ["b.yaml", "c.yaml"]
+
+
+def test_an_emptied_anchor_is_not_malformed_it_fails_closed(tmp_path: Path) -> None:
+    emptied = VALID.replace(
+        'anchor: {kind: docs, url: "https://example.org", note: "pressure run"}',
+        'anchor: {kind: docs, url: "", note: ""}',
+    )
+    loaded = load_descriptor(write(tmp_path, emptied))
+    verdict = lower(loaded, ProtectionMode.soft_priority, AdapterDepth.none)
+    finding = next(f for f in verdict.findings if f.obligation.value == "priority_influence")
+    assert not finding.supplied
+    assert {d.reason for d in finding.discounted} >= {"anchor has neither path nor url", "anchor has no note"}

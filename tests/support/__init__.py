@@ -1,0 +1,1 @@
+"""Shared test builders (importable because pytest puts tests/ on sys.path)."""
