@@ -7,6 +7,7 @@ Rows are the descriptor's `lowerings` (or every mode at every depth), narrowed b
 from __future__ import annotations
 
 import argparse
+import sys
 
 from kvclaims.cli._common import Exit, print_json, print_table
 from kvclaims.spec.tables import OBLIGATION_CODES
@@ -69,4 +70,17 @@ def run(args: argparse.Namespace) -> int:
                 for v in verdicts
             ],
         )
+        if args.explain:
+            _print_explanations(verdicts)
     return Exit.ok if all(v.label.is_sound for v in verdicts) else Exit.not_sound
+
+
+def _print_explanations(verdicts: list) -> None:
+    lines = []
+    for v in verdicts:
+        lines.append(f"{v.surface} / {v.mode} @ {v.depth}: {v.label} ({v.decided_by})")
+        lines.extend(f"  - {reason}" for reason in v.reasons)
+        if v.first_refused is not None:
+            refused = v.first_refused
+            lines.append(f"  first refused: {refused.label} by {refused.rule}: {refused.reason}")
+    sys.stdout.write("\n".join(lines) + "\n")

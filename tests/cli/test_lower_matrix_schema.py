@@ -135,3 +135,12 @@ def test_schema_check_detects_drift(tmp_path: Path) -> None:
 def test_no_command_prints_help_and_exits_2(capsys) -> None:
     assert main([]) == 2
     assert "COMMAND" in capsys.readouterr().out
+
+
+def test_explain_prints_every_reason_and_the_first_refused_label(descriptors: Path) -> None:
+    result = kvclaims("lower", str(descriptors), "--mode", "hard_protected", "--depth", "none", "--explain")
+    assert result.returncode == 1
+    explanation = result.stdout.split("\n", 2)[2]
+    assert "hard_protected @ none: rejected (enforcement_critical_missing)" in explanation
+    assert "V victim_exclusion_before_violation: no evidence at this depth" in explanation
+    assert "first refused: unknown by enforcement_critical_missing" in explanation
