@@ -1,0 +1,78 @@
+"""The committed lowering matrix (`reports/`) is what the shipped descriptors generate.
+
+Regenerate with `kvclaims matrix descriptors -o reports` after changing a descriptor.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from pathlib import Path
+
+import pytest
+
+from kvclaims.cli import main
+from kvclaims.spec.descriptor import load_descriptors
+from kvclaims.spec.matrix import build_matrix, matrix_json, matrix_markdown
+from kvclaims.spec.vocabulary import ProtectionMode
+
+ROOT = Path(__file__).resolve().parents[2]
+REPORTS = ROOT / "reports"
+DESCRIPTORS = ROOT / "descriptors"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(autouse=True)
+def _run_from_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+
+
+def test_committed_matrix_has_not_drifted() -> None:
+    assert main(["matrix", "descriptors", "-o", "reports", "--check", "--no-png"]) == 0, (
+        "run: kvclaims matrix descriptors -o reports"
+    )
+
+
+def test_committed_files_equal_a_fresh_generation() -> None:
+    rows = build_matrix(load_descriptors([DESCRIPTORS]))
+    assert (REPORTS / "lowering-matrix.md").read_text(encoding="utf-8") == matrix_markdown(rows)
+    committed = json.loads((REPORTS / "lowering-matrix.json").read_text(encoding="utf-8"))
+    assert committed == json.loads(json.dumps(matrix_json(rows)))
+
+
+def test_drift_is_detected(tmp_path: Path) -> None:
+    for name in ("lowering-matrix.md", "lowering-matrix.json"):
+        (tmp_path / name).write_text((REPORTS / name).read_text(encoding="utf-8"), encoding="utf-8")
+    assert main(["matrix", "descriptors", "-o", str(tmp_path), "--check", "--no-png"]) == 0
+    markdown = tmp_path / "lowering-matrix.md"
+    markdown.write_text(markdown.read_text(encoding="utf-8").replace("rejected", "approximate", 1))
+    assert main(["matrix", "descriptors", "-o", str(tmp_path), "--check", "--no-png"]) == 1
+
+
+def test_matrix_covers_every_shipped_surface_and_mode() -> None:
+    committed = json.loads((REPORTS / "lowering-matrix.json").read_text(encoding="utf-8"))
+    sources = [surface["source"] for surface in committed["surfaces"]]
+    assert sources == sorted(p.name for p in DESCRIPTORS.glob("*.yaml"))
+    for surface in committed["surfaces"]:
+        assert set(surface["cells"]) == {m.value for m in ProtectionMode}
+        assert all(cell is not None for cell in surface["cells"].values())
+
+
+def test_heatmap_is_a_valid_png() -> None:
+    """A complete PNG: signature, an IHDR with a real size, CRC-valid chunks, IEND last."""
+    data = (REPORTS / "lowering-matrix.png").read_bytes()
+    assert data[:8] == PNG_SIGNATURE
+    offset, chunks = 8, []
+    while offset < len(data):
+        (length,) = struct.unpack(">I", data[offset : offset + 4])
+        kind = data[offset + 4 : offset + 8]
+        body = data[offset + 8 : offset + 8 + length]
+        (crc,) = struct.unpack(">I", data[offset + 8 + length : offset + 12 + length])
+        assert zlib.crc32(kind + body) == crc, kind
+        chunks.append((kind, body))
+        offset += 12 + length
+    assert chunks[0][0] == b"IHDR" and chunks[-1][0] == b"IEND"
+    width, height = struct.unpack(">II", chunks[0][1][:8])
+    assert width > 200 and height > 200
+    assert any(kind == b"IDAT" for kind, _ in chunks)
