@@ -115,8 +115,20 @@ def matrix_json(rows: list[MatrixRow]) -> dict[str, object]:
                     mode.value: (c.verdict.summary() if (c := row.cell(mode)) else None)
                     for mode in ProtectionMode
                 },
-                "rows": [v.summary() for v in row.verdicts],
+                "rows": [_compact(v) for v in row.verdicts],
             }
             for row in rows
         ],
+    }
+
+
+def _compact(verdict: Verdict) -> dict[str, object]:
+    """A row without its prose: `kvclaims lower --explain` gives the reasons."""
+    return {
+        "mode": verdict.mode.value,
+        "depth": verdict.depth.value,
+        "label": verdict.label.value,
+        "subtype": verdict.subtype.value if verdict.subtype else None,
+        "missing": [OBLIGATION_CODES[o] for o in verdict.missing] + [a.value for a in verdict.missing_atoms],
+        "decided_by": verdict.decided_by.value,
     }
