@@ -22,6 +22,7 @@ from kvclaims.spec.vocabulary import (
     ObservationAtom,
     ProtectionMode,
     TelemetryJoinPrecondition,
+    TraceWitness,
 )
 
 O = Obligation  # noqa: E741  (short names keep the tables readable)
@@ -226,3 +227,32 @@ CHECKPOINT_HASH_FIELDS: tuple[str, str] = ("payload_hash", "value_hash")
 # Identifier limits: claim ids, owner scopes and object ids travel in request metadata that
 # clients control, so they are bounded (a 1 MB claim id is rejected, not stored).
 MAX_IDENTIFIER_LENGTH = 256
+
+# What a refinement-accepted trace can evidence, by what it exercised (kvclaims check
+# --evidence-out). Only observed, ordered, identity-checked behaviour counts, and only for the
+# obligations it shows: a refusal naming its blocking claims evidences X and B, not V; a
+# restore before reuse evidences R, not RF. The L1/L2-style observations evidence nothing.
+W = TraceWitness
+WITNESS_OBLIGATIONS: Mapping[TraceWitness, frozenset[Obligation]] = _frozen(
+    {
+        W.claim_accepted: _codes("I A"),
+        W.claim_materialized: _codes("P M"),
+        W.claim_scoped_blocks: _codes("T"),
+        W.ordered_lifecycle: _codes("L"),
+        W.capacity_conflict_attributed: _codes("X B"),
+        W.protected_under_pressure: _codes("V"),
+        W.demoted_before_loss: _codes("D"),
+        W.expired_before_loss: _codes("E"),
+        W.harm_reported: _codes("H"),
+        W.restore_before_reuse: _codes("R"),
+        W.restoration_failure_fail_closed: _codes("RF X B"),
+        W.multi_claim_attribution: _codes("B"),
+        W.ordinary_eviction_without_claim: frozenset(),
+        W.active_served_without_claim_block: frozenset(),
+    }
+)
+
+# Block events whose cache_level is one of these (or absent) are in the device tier, the tier a
+# resident claim's leading prefix lives in; blocks in other tiers (a host offload copy) never
+# count toward the predicate.
+DEVICE_CACHE_LEVELS: frozenset[str] = frozenset({"gpu", "device"})

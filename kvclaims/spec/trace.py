@@ -15,7 +15,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from kvclaims.spec._types import Identifier, NonNegativeInt, PositiveInt, StrictStr, Text
 from kvclaims.spec.claims import CacheIdentity, MaterializationPredicate
@@ -179,19 +179,41 @@ class ActiveRequestAdmitted(_Event):
     active_live_blocks: NonNegativeInt
 
 
+CAPACITY_PROOF_FIELDS: tuple[str, ...] = (
+    "protected_resident_blocks",
+    "active_live_blocks_required",
+    "resident_plus_active_blocks",
+    "usable_blocks",
+    "capacity_shortfall_blocks",
+)
+"""The numbers of a conflict's capacity proof."""
+
+
 class _ActiveConflict(_Event):
     """An active request that the arbiter did not serve now, with the capacity proof
     `protected_resident_blocks + active_live_blocks_required = resident_plus_active_blocks`,
-    `capacity_shortfall_blocks = max(0, resident_plus_active_blocks - usable_blocks)`."""
+    `capacity_shortfall_blocks = max(0, resident_plus_active_blocks - usable_blocks)`.
+
+    A `capacity` conflict must carry all five numbers. A `restoration_failed` refusal is not a
+    capacity decision (seed 000 path B): its numbers may be absent, and are checked when given.
+    """
 
     request_id: Identifier
     reason: ConflictReason
     blocking_claim_ids: list[Identifier]
-    protected_resident_blocks: NonNegativeInt
-    active_live_blocks_required: NonNegativeInt
-    resident_plus_active_blocks: NonNegativeInt
-    usable_blocks: NonNegativeInt
-    capacity_shortfall_blocks: NonNegativeInt
+    protected_resident_blocks: NonNegativeInt | None = None
+    active_live_blocks_required: NonNegativeInt | None = None
+    resident_plus_active_blocks: NonNegativeInt | None = None
+    usable_blocks: NonNegativeInt | None = None
+    capacity_shortfall_blocks: NonNegativeInt | None = None
+
+    @model_validator(mode="after")
+    def _capacity_conflict_has_its_proof(self) -> _ActiveConflict:
+        if self.reason is ConflictReason.capacity:
+            missing = [name for name in CAPACITY_PROOF_FIELDS if getattr(self, name) is None]
+            if missing:
+                raise ValueError(f"a capacity conflict needs its capacity proof; missing {missing}")
+        return self
 
 
 class ActiveRequestDeferred(_ActiveConflict):

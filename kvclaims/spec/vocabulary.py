@@ -236,3 +236,26 @@ class ConformanceRule(StrEnum):
     offload_order = "offload_order"
     no_silent_harm = "no_silent_harm"
     hybrid_two_key = "hybrid_two_key"
+
+
+class TraceWitness(StrEnum):
+    """A behaviour that a refinement-accepted trace exercised, in order and identity-checked.
+
+    Evidence export maps each to the obligations it can evidence (`WITNESS_OBLIGATIONS` in
+    `tables`); a trace evidences only what it actually exercised.
+    """
+
+    claim_accepted = "claim_accepted"
+    claim_materialized = "claim_materialized"
+    claim_scoped_blocks = "claim_scoped_blocks"
+    ordered_lifecycle = "ordered_lifecycle"
+    capacity_conflict_attributed = "capacity_conflict_attributed"
+    protected_under_pressure = "protected_under_pressure"
+    demoted_before_loss = "demoted_before_loss"
+    expired_before_loss = "expired_before_loss"
+    harm_reported = "harm_reported"
+    restore_before_reuse = "restore_before_reuse"
+    restoration_failure_fail_closed = "restoration_failure_fail_closed"
+    multi_claim_attribution = "multi_claim_attribution"
+    ordinary_eviction_without_claim = "ordinary_eviction_without_claim"
+    active_served_without_claim_block = "active_served_without_claim_block"

@@ -1,0 +1,60 @@
+"""Abstraction functions: foreign trace vocabularies mapped to trace v1 steps, one module each.
+
+The checker never special-cases a vocabulary. Each module here reads its own records and emits
+trace v1 event mappings (validated into the same Structs the v1 reader decodes), so every trace,
+native or foreign, is judged by the same checker and the same lifecycle machine.
+
+An NDJSON abstraction is a class with:
+
+- `FORMAT` (its `--format` name) and `VOCABULARY` (every event name it understands);
+- `detect(record) -> bool` on the first decoded record (auto-detection);
+- `__init__(first_record)` setting `header` (a `HeaderInfo`);
+- `abstract(record, line) -> list[dict]`: the v1 events one record stands for (possibly none,
+  for records that are observations and not model steps; each module documents which);
+- `finish() -> list[dict]`: steps owed at the end (most return none).
+
+A record whose `event` is outside `VOCABULARY` is an unknown event (the verdict is at best
+inconclusive); a record missing a field the mapping needs is a parse finding (invalid).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvclaims.refinement.reader import parse_error
+
+
+def require(record: dict[str, Any], field: str, kind: type | tuple[type, ...], line: int) -> Any:
+    """`record[field]` if it is present and of `kind` (bool is never an int), else a parse finding."""
+    value = record.get(field)
+    if value is None or not isinstance(value, kind) or (isinstance(value, bool) and bool not in _kinds(kind)):
+        raise parse_error(
+            f"{record.get('event', 'record')} needs {field} ({_name(kind)}), got {value!r}", line, field
+        )
+    return value
+
+
+def optional(record: dict[str, Any], field: str, kind: type | tuple[type, ...], line: int) -> Any:
+    """`record[field]` if present and not null (then it must be of `kind`), else None."""
+    if record.get(field) is None:
+        return None
+    return require(record, field, kind, line)
+
+
+def _kinds(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _name(kind: type | tuple[type, ...]) -> str:
+    return " or ".join(k.__name__ for k in _kinds(kind))
+
+
+def leading_prefix_blocks(text: str, line: int, field: str) -> int:
+    """k from a foreign predicate spelled `leading_prefix_at_least(k)`."""
+    prefix, suffix = "leading_prefix_at_least(", ")"
+    if not (text.startswith(prefix) and text.endswith(suffix)):
+        raise parse_error(f"unsupported materialization predicate {text!r}", line, field)
+    inner = text[len(prefix) : -len(suffix)]
+    if not inner.isdigit() or int(inner) < 1:
+        raise parse_error(f"predicate threshold must be a positive integer, got {inner!r}", line, field)
+    return int(inner)

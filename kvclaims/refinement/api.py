@@ -1,0 +1,310 @@
+"""`check_trace(path) -> TraceVerdict`: the pytest-friendly entry point, and how a verdict is
+assembled from a source, the checker and (for rejections) a minimal counterexample prefix.
+
+    from kvclaims import check_trace
+    verdict = check_trace("run.ndjson")
+    assert verdict.outcome == "accepted", verdict.reason
+
+The trace is streamed once. A rejection re-reads it up to the offending event, projects the
+steps onto the claims and requests the violation is about, and shrinks that projection one
+step at a time while the checker still rejects it with the same rule, at the same event, from
+the same abstract state: what remains is the minimal prefix of the counterexample.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import IO, Any
+
+from kvclaims.refinement.checker import Budget, Checker, Rejection, Undecidable
+from kvclaims.refinement.decoding import EVENT_NAME
+from kvclaims.refinement.reader import HeaderInfo, TraceInputError, UnknownEvent
+from kvclaims.refinement.sources import AUTO, FORMATS, Opener, detect, open_source
+from kvclaims.refinement.verdict import (
+    Counterexample,
+    ErrorClass,
+    Finding,
+    Outcome,
+    PrefixEvent,
+    TraceVerdict,
+)
+
+DEFAULT_BUDGET = Budget()
+
+MAX_MINIMIZED_STEPS = 200
+"""Projections longer than this are reported unshrunk (shrinking is quadratic)."""
+
+Progress = Callable[[int], None]
+"""Called with the number of bytes read so far."""
+
+
+def check_trace(
+    path: str | Path,
+    *,
+    format: str = AUTO,
+    registry: str | Path | None = None,
+    budget: Budget = DEFAULT_BUDGET,
+    progress: Progress | None = None,
+) -> TraceVerdict:
+    """Check one trace file. `format` is `auto` or one of `FORMATS`; `registry` is the claim
+    registry that `vllm-kv-events` traces need. Bad trace input never raises: it is an
+    `invalid` verdict. A bad registry or format name raises `InputError` / `ValueError`."""
+    path = Path(path)
+    if not path.is_file():
+        return _verdict(
+            str(path), format, Outcome.invalid, finding=Finding(ErrorClass.parse, "no such trace file")
+        )
+    return check_source(
+        lambda: path.open("rb"),
+        name=str(path),
+        format=format,
+        registry=registry,
+        budget=budget,
+        progress=progress,
+    )
+
+
+def check_bytes(
+    data: bytes, *, name: str = "<bytes>", format: str = AUTO, registry: str | Path | None = None
+) -> TraceVerdict:
+    """Check a trace held in memory (tests, generated adversarial traces)."""
+    return check_source(lambda: io.BytesIO(data), name=name, format=format, registry=registry)
+
+
+def check_source(
+    opener: Opener,
+    *,
+    name: str,
+    format: str = AUTO,
+    registry: str | Path | None = None,
+    budget: Budget = DEFAULT_BUDGET,
+    progress: Progress | None = None,
+) -> TraceVerdict:
+    """Check the trace that `opener` opens (it may be opened more than once)."""
+    if format != AUTO and format not in FORMATS:
+        raise ValueError(f"unknown trace format {format!r}; choose auto or one of {', '.join(FORMATS)}")
+    fmt = detect(opener) if format == AUTO else format
+    if fmt is None:
+        finding = Finding(
+            ErrorClass.parse,
+            "not a trace in any known format (empty, or no format recognises line 1)",
+            line=1,
+        )
+        return _verdict(name, format, Outcome.invalid, finding=finding)
+    registry_path = Path(registry) if registry is not None else None
+    run = _Run(name, fmt, budget)
+    with opener() as raw:
+        stream: IO[bytes] = _Counting(raw, progress) if progress is not None else raw
+        verdict = run.check(lambda: open_source(opener, stream, fmt, registry=registry_path))
+    if verdict.outcome is Outcome.rejected and run.rejection is not None:
+        prefix = _minimal_prefix(opener, fmt, registry_path, run.header, run.rejection)
+        verdict = _with_prefix(verdict, prefix)
+    return verdict
+
+
+class _Run:
+    """One pass of a source through the checker, collecting what the verdict needs."""
+
+    def __init__(self, name: str, fmt: str, budget: Budget) -> None:
+        self.name = name
+        self.format = fmt
+        self.budget = budget
+        self.rejection: Rejection | None = None
+        self.header: HeaderInfo | None = None
+
+    def check(self, make_source: Callable[[], Any]) -> TraceVerdict:
+        checker: Checker | None = None
+        source: Any = None
+        unknown: Finding | None = None
+        try:
+            source = make_source()
+            self.header = source.header
+            checker = Checker(
+                usable_blocks=source.header.usable_blocks,
+                block_size=source.header.block_size,
+                budget=self.budget,
+            )
+            feed = checker.feed
+            for line, index, event in source.events():
+                if type(event) is UnknownEvent:
+                    if unknown is None:
+                        unknown = Finding(
+                            ErrorClass.unknown_event,
+                            f"unknown event type {event.name!r} (not in the format)",
+                            line=line,
+                        )
+                    continue
+                feed(event, line, index)
+            checker.finish()
+        except TraceInputError as error:
+            return self._verdict(Outcome.invalid, source, checker, finding=error.finding)
+        except Undecidable as error:
+            return self._verdict(Outcome.inconclusive, source, checker, finding=error.finding)
+        except Rejection as rejection:
+            self.rejection = rejection
+            return self._verdict(Outcome.rejected, source, checker, counterexample=rejection.counterexample)
+        notes = tuple(f.message for f in checker.undecided)
+        preconditions = getattr(source, "preconditions", None)
+        if preconditions is not None:
+            notes += (
+                "telemetry_join preconditions hold: "
+                + ", ".join(p.value for p, ok in preconditions.items() if ok),
+            )
+        if unknown is not None:
+            return self._verdict(Outcome.inconclusive, source, checker, finding=unknown, notes=notes)
+        if checker.undecided:
+            return self._verdict(
+                Outcome.inconclusive, source, checker, finding=checker.undecided[0], notes=notes
+            )
+        if checker.steps == 0:
+            finding = Finding(
+                ErrorClass.undecidable, "the trace has no step of the model (no claim or request event)"
+            )
+            return self._verdict(Outcome.inconclusive, source, checker, finding=finding, notes=notes)
+        return self._verdict(Outcome.accepted, source, checker, witnesses=checker.witnesses(), notes=notes)
+
+    def _verdict(self, outcome: Outcome, source: Any, checker: Checker | None, **fields: Any) -> TraceVerdict:
+        events = getattr(source, "records", 0)
+        if checker is not None:
+            fields |= {
+                "steps": checker.steps,
+                "claims": checker.claims_seen,
+                "requests": checker.requests_seen,
+            }
+        return _verdict(self.name, self.format, outcome, events=events, **fields)
+
+
+def _verdict(
+    name: str, fmt: str, outcome: Outcome, *, events: int = 0, steps: int = 0, **fields: Any
+) -> TraceVerdict:
+    finding = fields.get("finding")
+    counterexample = fields.get("counterexample")
+    if counterexample is not None:
+        from kvclaims.refinement.verdict import RULE_ERROR_CLASS
+
+        fields["error_class"] = RULE_ERROR_CLASS[counterexample.rule]
+    elif finding is not None:
+        fields["error_class"] = finding.error_class
+    return TraceVerdict(path=name, format=fmt, outcome=outcome, events=events, steps=steps, **fields)
+
+
+class _Counting:
+    """A read-through stream that reports how many bytes were read (for progress bars)."""
+
+    def __init__(self, stream: IO[bytes], progress: Progress) -> None:
+        self._stream = stream
+        self._progress = progress
+        self._read = 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._stream.read(size)
+        self._read += len(data)
+        self._progress(self._read)
+        return data
+
+
+# --- minimal counterexample prefix ----------------------------------------------------------
+
+
+def summarize(event: Any) -> str:
+    """A one-line rendering of a step: its type and the fields that identify it."""
+    parts = [EVENT_NAME[type(event)]]
+    for name in (
+        "claim_id",
+        "request_id",
+        "outcome",
+        "reason",
+        "blocking_claim_ids",
+        "block_id",
+        "position",
+        "leading_blocks",
+        "predicate_satisfied",
+    ):
+        value = getattr(event, name, None)
+        if value is not None:
+            parts.append(f"{name}={value.value if hasattr(value, 'value') else value}")
+    return " ".join(parts)
+
+
+def _mentions(event: Any, ids: frozenset[str], blocks: dict[int, str]) -> bool:
+    claim_id = getattr(event, "claim_id", None)
+    if claim_id in ids or getattr(event, "request_id", None) in ids:
+        if claim_id in ids and getattr(event, "block_id", None) is not None:
+            blocks[event.block_id] = claim_id
+        return True
+    if any(c in ids for c in getattr(event, "blocking_claim_ids", ()) or ()):
+        return True
+    return claim_id is None and getattr(event, "block_id", None) in blocks
+
+
+def _minimal_prefix(
+    opener: Opener, fmt: str, registry: Path | None, header: HeaderInfo | None, rejection: Rejection
+) -> tuple[PrefixEvent, ...]:
+    target = rejection.counterexample
+    steps: list[tuple[int, int, Any]] = []
+    blocks: dict[int, str] = {}
+    try:
+        with opener() as stream:
+            source = open_source(opener, stream, fmt, registry=registry)
+            for line, index, event in source.events():
+                if type(event) is UnknownEvent:
+                    continue
+                if target.event_index >= 0 and index > target.event_index:
+                    break
+                if _mentions(event, rejection.ids, blocks) or (
+                    index == target.event_index and line == target.line
+                ):
+                    steps.append((line, index, event))
+    except (TraceInputError, Undecidable):
+        return ()
+    if header is None or not _rejects_alike(steps, header, target):
+        return ()
+    if len(steps) <= MAX_MINIMIZED_STEPS:
+        steps = _shrink(steps, header, target)
+    return tuple(PrefixEvent(line, EVENT_NAME[type(event)], summarize(event)) for line, _, event in steps)
+
+
+def _rejects_alike(steps: Iterable[tuple[int, int, Any]], header: HeaderInfo, target: Counterexample) -> bool:
+    checker = Checker(usable_blocks=header.usable_blocks, block_size=header.block_size)
+    try:
+        for line, index, event in steps:
+            checker.feed(event, line, index)
+        checker.finish()
+    except Rejection as rejection:
+        found = rejection.counterexample
+        return (
+            found.rule is target.rule
+            and found.line == target.line
+            and found.event_index == target.event_index
+            and found.state_before == target.state_before
+        )
+    except Undecidable:
+        return False
+    return False
+
+
+def _shrink(
+    steps: list[tuple[int, int, Any]], header: HeaderInfo, target: Counterexample
+) -> list[tuple[int, int, Any]]:
+    """Drop steps one at a time (never the offending one) while the rejection stays the same."""
+    index = 0
+    while index < len(steps):
+        line, event_index, _ = steps[index]
+        if line == target.line and event_index == target.event_index:
+            index += 1
+            continue
+        candidate = steps[:index] + steps[index + 1 :]
+        if _rejects_alike(candidate, header, target):
+            steps = candidate
+        else:
+            index += 1
+    return steps
+
+
+def _with_prefix(verdict: TraceVerdict, prefix: tuple[PrefixEvent, ...]) -> TraceVerdict:
+    from dataclasses import replace
+
+    assert verdict.counterexample is not None
+    return replace(verdict, counterexample=replace(verdict.counterexample, minimal_prefix=prefix))

@@ -1,0 +1,176 @@
+"""Trace sources: one per format, all yielding trace v1 steps, and `--format auto` detection.
+
+A source has `format`, `header` (`HeaderInfo`) and `events()`, an iterator of
+`(line, event_index, Struct | UnknownEvent)`. Trace v1 is read directly; the NDJSON foreign
+vocabularies go through `ForeignSource`, which decodes each record, asks the format's
+abstraction for the v1 steps it stands for and validates every step into its Struct; vLLM KV
+events (msgpack or JSON) are read by `kvclaims.refinement.abstractions.vllm_kv_events`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+import msgspec
+
+from kvclaims.refinement.abstractions import (
+    blockpool,
+    kvclaims_v1,
+    offload_hook,
+    pydev_connector,
+    vllm_kv_events,
+)
+from kvclaims.refinement.decoding import convert_event
+from kvclaims.refinement.reader import (
+    HeaderInfo,
+    UnknownEvent,
+    decode_json,
+    ordering_error,
+    parse_error,
+    read_lines,
+)
+
+Opener = Callable[[], IO[bytes]]
+"""Opens the trace afresh (the checker may read it twice: detection, minimal prefix)."""
+
+AUTO = "auto"
+
+
+class Source(Protocol):
+    format: str
+    header: HeaderInfo
+
+    def events(self) -> Iterator[tuple[int, int, Any]]: ...
+
+
+class Abstraction(Protocol):
+    """An NDJSON foreign vocabulary (see `kvclaims.refinement.abstractions`)."""
+
+    FORMAT: str
+    VOCABULARY: frozenset[str]
+    header: HeaderInfo
+
+    def abstract(self, record: dict[str, Any], line: int) -> list[dict[str, Any]]: ...
+
+    def finish(self) -> list[dict[str, Any]]: ...
+
+
+_FOREIGN: dict[str, Any] = {
+    blockpool.FORMAT: blockpool.BlockPoolAbstraction,
+    offload_hook.FORMAT: offload_hook.OffloadHookAbstraction,
+    pydev_connector.FORMAT: pydev_connector.PydevConnectorAbstraction,
+}
+
+FORMATS: tuple[str, ...] = (kvclaims_v1.FORMAT, *_FOREIGN, vllm_kv_events.FORMAT)
+"""Every `--format` name, `auto` aside."""
+
+
+class ForeignSource:
+    """An NDJSON trace in a foreign vocabulary, abstracted record by record.
+
+    Records must be JSON objects with a string `event`; when the vocabulary numbers its events
+    (`event_sequence`), the numbers must strictly increase. Steps are numbered by their own
+    running `seq` (the checker's order is the file's order).
+    """
+
+    def __init__(self, stream: IO[bytes], abstraction_class: Any) -> None:
+        self._lines = read_lines(stream)
+        first = next(self._lines, None)
+        if first is None:
+            raise parse_error("empty file: no event to read", None)
+        self._first = first
+        record = self._record(*first)
+        self._abstraction: Abstraction = abstraction_class(record)
+        self.format: str = abstraction_class.FORMAT
+        self.header = self._abstraction.header
+
+    @staticmethod
+    def _record(number: int, content: bytes, terminated: bool) -> dict[str, Any]:
+        record = decode_json(content, number, terminated)
+        if not isinstance(record, dict) or not isinstance(record.get("event"), str):
+            raise parse_error("a record must be a JSON object with a string 'event'", number, "event")
+        return record
+
+    records = 0
+    """Records read so far."""
+
+    def events(self) -> Iterator[tuple[int, int, Any]]:
+        abstraction = self._abstraction
+        vocabulary = abstraction.VOCABULARY
+        seq = 0
+        last_sequence = -1
+        index = 0
+        lines = self._lines
+
+        def records() -> Iterator[tuple[int, bytes, bool]]:
+            yield self._first
+            yield from lines
+
+        for number, content, terminated in records():
+            self.records = index + 1
+            record = self._record(number, content, terminated)
+            sequence = record.get("event_sequence")
+            if sequence is not None:
+                if type(sequence) is not int or sequence <= last_sequence:
+                    raise ordering_error(sequence, last_sequence, number)
+                last_sequence = sequence
+            name = record["event"]
+            if name not in vocabulary:
+                yield number, index, UnknownEvent(name)
+                index += 1
+                continue
+            for step in abstraction.abstract(record, number):
+                yield number, index, _validated(step, seq, number)
+                seq += 1
+            index += 1
+        for step in abstraction.finish():
+            yield 0, index, _validated(step, seq, 0)
+            seq += 1
+
+
+def _validated(step: dict[str, Any], seq: int, line: int) -> Any:
+    try:
+        return convert_event({**step, "seq": seq})
+    except msgspec.ValidationError as error:
+        raise parse_error(
+            f"the record does not abstract to a valid {step.get('event')} step: {error}", line
+        ) from None
+
+
+def detect(opener: Opener) -> str | None:
+    """The format of a trace from its first record, or None if no format (or more than one)
+    claims it."""
+    with opener() as stream:
+        head = stream.read(1 << 16)
+    if not head:
+        return None
+    if vllm_kv_events.detect_msgpack(head):
+        return vllm_kv_events.FORMAT
+    first_line = head.split(b"\n", 1)[0]
+    try:
+        record = msgspec.json.decode(first_line)
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+        return None
+    matches = [
+        name
+        for name, test in (
+            (kvclaims_v1.FORMAT, kvclaims_v1.detect),
+            (vllm_kv_events.FORMAT, vllm_kv_events.detect_json),
+            *((name, cls.detect) for name, cls in _FOREIGN.items()),
+        )
+        if test(record)
+    ]
+    return matches[0] if len(matches) == 1 else None
+
+
+def open_source(opener: Opener, stream: IO[bytes], fmt: str, *, registry: Path | None) -> Source:
+    """The source for `fmt` (a concrete format name) over an open `stream`."""
+    if fmt == kvclaims_v1.FORMAT:
+        return kvclaims_v1.KvclaimsV1Source(stream)
+    if fmt in _FOREIGN:
+        return ForeignSource(stream, _FOREIGN[fmt])
+    if fmt == vllm_kv_events.FORMAT:
+        return vllm_kv_events.KvEventsSource(stream, registry=registry)
+    raise ValueError(f"unknown trace format {fmt!r}")
