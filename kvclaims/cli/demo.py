@@ -48,9 +48,30 @@ def _schemas(out: Path) -> str:
     return f"{len(write_schemas(out / 'schemas'))} JSON Schemas written"
 
 
+def _refinement_corpus(out: Path) -> str:
+    from collections import Counter
+
+    from kvclaims.cli._common import print_table
+    from kvclaims.refinement.corpus import SUMMARY_COLUMNS, check_corpus, default_corpus, summary_rows
+
+    corpus = default_corpus()
+    if not corpus.is_dir():
+        return f"no trace corpus at {corpus} (set KVCLAIMS_CORPUS); nothing checked"
+    results = check_corpus(corpus)
+    rows = summary_rows(results)
+    print_table("corpus verdicts vs source labels", SUMMARY_COLUMNS, rows)
+    table = ["| " + " | ".join(SUMMARY_COLUMNS) + " |", "|" + "---|" * len(SUMMARY_COLUMNS)]
+    table += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows]
+    (out / "corpus-verdicts.md").write_text("\n".join(table) + "\n", encoding="utf-8")
+    counts = Counter(verdict.outcome.value for _, verdict in results)
+    tally = ", ".join(f"{counts[o]} {o}" for o in ("accepted", "rejected", "inconclusive", "invalid"))
+    return f"{len(results)} corpus traces checked: {tally} (corpus-verdicts.md)"
+
+
 STAGES: tuple[tuple[str, Stage], ...] = (
     ("lowering matrix", _lowering_matrix),
     ("schemas", _schemas),
+    ("refinement corpus", _refinement_corpus),
 )
 
 

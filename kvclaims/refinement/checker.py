@@ -316,7 +316,9 @@ class Checker:
             frozenset(ids),
         )
 
-    def _claim_violation(self, claim: _Claim, violation: Violation, message: str | None = None) -> Rejection:
+    def _claim_violation(
+        self, claim: _Claim, violation: Violation, message: str | None = None, ids: tuple[str, ...] = ()
+    ) -> Rejection:
         return Rejection(
             Counterexample(
                 rule=violation.rule,
@@ -328,7 +330,7 @@ class Checker:
                 state_before=describe(claim.profile, violation.phase),
                 allowed=tuple(e.value for e in violation.allowed),
             ),
-            frozenset({claim.claim_id}),
+            frozenset({claim.claim_id, *ids}),
         )
 
     def _claim_fail(self, claim: _Claim, rule: ConformanceRule, message: str, *ids: str) -> None:
@@ -787,6 +789,7 @@ class Checker:
                     claim,
                     result,
                     f"{self._event} for request {request_id} blames {claim_id}: {result.message}",
+                    (request_id, *blocking),
                 )
             if event is RequestEvent.refuse_restoration:
                 self._failure_named.add(claim_id)
@@ -1022,6 +1025,7 @@ class Checker:
 
     def _fault(self, ev: Any) -> None:
         """A fault injection is context for the counterexample, not a model step."""
+        self.steps -= 1
 
     # --- witnesses and budget -----------------------------------------------------------
 
