@@ -5,7 +5,8 @@ Only an `accepted` verdict exports anything. Each obligation the trace evidences
 truthfully: the file's path and sha256, the event range and claim ids of the behaviour that
 evidences it, how order was established and how events are tied to claims. Which obligations a
 trace evidences is derived from what it exercised (`TraceWitness`) through the table
-`WITNESS_OBLIGATIONS` in `kvclaims.spec.tables`; a trace never evidences more than it did.
+`WITNESS_OBLIGATIONS` in `kvclaims.spec.tables`, limited by the depth of the abstraction that
+produced its steps; a trace never evidences more than it did.
 """
 
 from __future__ import annotations
@@ -16,8 +17,14 @@ from pathlib import Path
 
 from kvclaims.refinement.verdict import Outcome, TraceVerdict
 from kvclaims.spec.evidence import Anchor, EvidenceItem
-from kvclaims.spec.tables import WITNESS_OBLIGATIONS
-from kvclaims.spec.vocabulary import AnchorKind, EvidenceScope, EvidenceStatus, Obligation
+from kvclaims.spec.tables import DEPTH_SUPPLIES, WITNESS_OBLIGATIONS
+from kvclaims.spec.vocabulary import AdapterDepth, AnchorKind, EvidenceScope, EvidenceStatus, Obligation
+
+ABSTRACTION_DEPTH: dict[str, AdapterDepth] = {"vllm-kv-events": AdapterDepth.telemetry_join}
+"""Formats whose abstraction is itself an adapter of limited depth: a join of vLLM's block
+events with an external registry is a telemetry join, so its traces evidence only what that
+depth may supply (the registry, not the runtime, accepted the claims: no A, no L). Every other
+format is the runtime's own claim telemetry (native or backend patch): no depth limit."""
 
 ORDERING: dict[str, str] = {
     "kvclaims-v1": "seq strictly increasing, checked event by event by kvclaims refinement",
@@ -54,9 +61,10 @@ def evidence_items(verdict: TraceVerdict, trace: Path, *, relative_to: Path) -> 
         raise ValueError(f"only an accepted trace is evidence; this one is {verdict.outcome}")
     digest = file_sha256(trace)
     path = os.path.relpath(trace.resolve(), relative_to.resolve())
+    allowed = DEPTH_SUPPLIES[ABSTRACTION_DEPTH.get(verdict.format, AdapterDepth.none)]
     by_obligation: dict[Obligation, list] = {}
     for witness in verdict.witnesses:
-        for obligation in WITNESS_OBLIGATIONS[witness.kind]:
+        for obligation in WITNESS_OBLIGATIONS[witness.kind] & allowed:
             by_obligation.setdefault(obligation, []).append(witness)
     items = []
     for obligation in Obligation:

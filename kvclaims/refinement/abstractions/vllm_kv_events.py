@@ -57,10 +57,10 @@ _MAX_FRAME = 64 * 1024 * 1024
 
 
 class _BlockStored(msgspec.Struct, tag="BlockStored", tag_field="type"):
-    block_hashes: list[bytes | int | str]
+    block_hashes: list[Any]
     token_ids: list[int]
     block_size: int
-    parent_block_hash: bytes | int | str | None = None
+    parent_block_hash: Any = None
     lora_id: int | None = None
     medium: str | None = None
     lora_name: str | None = None
@@ -68,7 +68,7 @@ class _BlockStored(msgspec.Struct, tag="BlockStored", tag_field="type"):
 
 
 class _BlockRemoved(msgspec.Struct, tag="BlockRemoved", tag_field="type"):
-    block_hashes: list[bytes | int | str]
+    block_hashes: list[Any]
     medium: str | None = None
 
 
@@ -87,6 +87,11 @@ class _Batch(msgspec.Struct):
 
 class _JsonBatch(_Batch):
     seq: int = -1
+
+
+_HASH_TYPES = (bytes, int, str)
+"""A block hash is bytes or an integer on the wire (a hex string or integer in JSON captures);
+msgspec cannot tell bytes from str in one union, so hashes are checked after decoding."""
 
 
 def detect_msgpack(head: bytes) -> bool:
@@ -114,7 +119,11 @@ def detect_json(record: Any) -> bool:
     )
 
 
-def _hash_text(value: bytes | int | str) -> str:
+def _hash_text(value: Any) -> str:
+    if type(value) not in _HASH_TYPES:
+        raise TraceInputError(
+            Finding(ErrorClass.parse, f"a block hash must be bytes, an integer or a string: {value!r}")
+        )
     if isinstance(value, bytes):
         return value.hex()
     return f"int:{value}" if isinstance(value, int) else value

@@ -1,0 +1,159 @@
+"""`kvclaims check`: exit codes, JSON, the multi-trace summary, counterexample rendering and
+evidence export closing the loop trace -> evidence -> descriptor -> label."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kvclaims.cli import COMMANDS
+from kvclaims.cli import check as check_command
+from kvclaims.refinement.testing import TraceBuilder
+from kvclaims.spec.descriptor import load_descriptor
+from kvclaims.spec.errors import InputError
+from kvclaims.spec.evidence import LoweringRow
+from kvclaims.spec.lowering import lower_row
+from kvclaims.spec.vocabulary import AdapterDepth, Label, Obligation, ProtectionMode
+
+
+def kvclaims_check(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="kvclaims")
+    check_command.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["check", *argv])
+    return args.run(args)
+
+
+def offloadable_run() -> TraceBuilder:
+    """Paths A and B for one offloadable claim, and a reported harm of another."""
+    trace = TraceBuilder(usable_blocks=80)
+    for claim_id in ("C", "D"):
+        trace.accept(claim_id, mode="offloadable").store_prefix(claim_id, 4).materialize(claim_id, 4)
+    trace.offload("C").admit("a").restore_required("C", "a").restored("C", "a").reuse("a", "C", 4).finish("a")
+    trace.offload("C").admit("b").restore_required("C", "b").restoration_failed("C", "b")
+    trace.conflict("b", ["C"], reason="restoration_failed").finish("b")
+    trace.remove_block("D", 0).claim_event("harmed", "D", leading_blocks=0, required_blocks=4)
+    return trace
+
+
+def rejected_run() -> TraceBuilder:
+    """Harm reported after the claim was demoted: post-release loss is not harm."""
+    trace = offloadable_run().claim_event("demoted", "C")
+    return trace.claim_event("harmed", "C", leading_blocks=0, required_blocks=4)
+
+
+def write(path: Path, trace: TraceBuilder) -> Path:
+    path.write_bytes(trace.ndjson())
+    return path
+
+
+def test_check_is_a_registered_command() -> None:
+    assert "check" in COMMANDS
+
+
+def test_exit_codes_follow_the_worst_outcome(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = write(tmp_path / "good.ndjson", offloadable_run())
+    bad = write(tmp_path / "bad.ndjson", rejected_run())
+    unknown = tmp_path / "unknown.ndjson"
+    unknown.write_bytes(offloadable_run().add("something_new").ndjson())
+    broken = tmp_path / "broken.ndjson"
+    broken.write_bytes(b'{"kvclaims_trace": 1}\n{"seq": 1, "event"')
+    assert kvclaims_check(str(good)) == 0
+    assert kvclaims_check(str(bad)) == 1
+    assert kvclaims_check(str(broken)) == 2
+    assert kvclaims_check(str(unknown)) == 3
+    assert kvclaims_check(str(good), str(unknown)) == 3
+    assert kvclaims_check(str(good), str(unknown), str(bad)) == 1
+    assert kvclaims_check(str(good), str(bad), str(broken)) == 2
+    capsys.readouterr()
+
+
+def test_a_rejection_prints_its_counterexample_with_surrounding_events(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert kvclaims_check(str(write(tmp_path / "bad.ndjson", rejected_run()))) == 1
+    out = capsys.readouterr().out
+    assert "rejected" in out and "rule: lifecycle" in out
+    assert "surrounding events:" in out and "minimal prefix" in out
+    assert "resident_claim_harmed" in out
+
+
+def test_json_output_and_the_summary_table_for_many_traces(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    write(folder / "a.jsonl", offloadable_run())
+    write(folder / "b.jsonl", rejected_run())
+    kvclaims_check(str(folder), "--json")
+    verdicts = json.loads(capsys.readouterr().out)
+    assert [v["outcome"] for v in verdicts] == ["accepted", "rejected"]
+    assert verdicts[1]["counterexample"]["rule"] == "lifecycle"
+    kvclaims_check(str(folder))
+    header, *rows = capsys.readouterr().out.strip().splitlines()
+    assert header.split("\t")[:3] == ["trace", "format", "outcome"] and len(rows) == 2
+
+
+def test_evidence_export_feeds_a_descriptor_that_lowers_offloadable(tmp_path: Path) -> None:
+    (tmp_path / "runs").mkdir()
+    trace = write(tmp_path / "runs" / "offload.ndjson", offloadable_run())
+    out = tmp_path / "descriptors" / "evidence.yaml"
+    assert kvclaims_check(str(trace), "--evidence-out", str(out)) == 0
+    items = yaml.safe_load(out.read_text())["evidence"]
+    anchors = [item["anchor"] for item in items]
+    assert all(a["kind"] == "trace" and a["path"] == "../runs/offload.ndjson" for a in anchors)
+    assert all(a["sha256"] and a["ordering"] and a["claim_scope"] and a["claim_ids"] for a in anchors)
+    evidenced = {Obligation(item["obligation"]) for item in items}
+    assert {Obligation.offload_restorability, Obligation.restoration_failure_outcome} <= evidenced
+    assert Obligation.victim_exclusion_before_violation not in evidenced
+    descriptor = out.parent / "runtime.yaml"
+    descriptor.write_text(
+        yaml.safe_dump(
+            {
+                "descriptor": 1,
+                "runtime": "example",
+                "surface": "example 1.0",
+                "version": "1.0",
+                "native": items,
+            }
+        )
+    )
+    loaded = load_descriptor(descriptor)
+    assert all(anchor.counts for anchor in loaded.anchors()), [a.problems() for a in loaded.anchors()]
+    verdict = lower_row(loaded, LoweringRow(mode=ProtectionMode.offloadable, depth=AdapterDepth.none))
+    assert verdict.label is Label.native_sound, verdict.reasons
+
+
+def test_evidence_of_a_modified_trace_no_longer_counts(tmp_path: Path) -> None:
+    trace = write(tmp_path / "offload.ndjson", offloadable_run())
+    out = tmp_path / "evidence.yaml"
+    kvclaims_check(str(trace), "--evidence-out", str(out))
+    items = yaml.safe_load(out.read_text())["evidence"]
+    trace.write_bytes(trace.read_bytes() + b"\n")
+    descriptor = tmp_path / "runtime.yaml"
+    descriptor.write_text(
+        yaml.safe_dump({"descriptor": 1, "runtime": "x", "surface": "x", "version": "1", "native": items})
+    )
+    assert not any(anchor.counts for anchor in load_descriptor(descriptor).anchors())
+
+
+def test_no_evidence_is_written_unless_every_trace_is_accepted(tmp_path: Path) -> None:
+    good = write(tmp_path / "good.ndjson", offloadable_run())
+    bad = write(tmp_path / "bad.ndjson", rejected_run())
+    out = tmp_path / "evidence.json"
+    assert kvclaims_check(str(good), str(bad), "--evidence-out", str(out)) == 1
+    assert not out.exists()
+
+
+def test_kv_events_without_a_registry_is_invalid_input(tmp_path: Path) -> None:
+    capture = tmp_path / "capture.jsonl"
+    capture.write_text('{"seq": 0, "ts": 1.0, "events": []}\n')
+    with pytest.raises(InputError):
+        kvclaims_check(str(capture))
+
+
+def test_no_trace_files_is_invalid_input(tmp_path: Path) -> None:
+    assert kvclaims_check(str(tmp_path)) == 2

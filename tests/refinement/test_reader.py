@@ -1,0 +1,181 @@
+"""Bad input never crashes the checker and is never accepted; the reader is fuzzed.
+
+The oracle for the fuzz tests is independent of the fast reader: a trace may be accepted only
+if every line parses with the standard-library JSON module, the header and every event validate
+against the pydantic models of record, and seq strictly increases.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import TypeAdapter, ValidationError
+
+from kvclaims.refinement import ErrorClass, Outcome, check_bytes, check_trace
+from kvclaims.refinement.reader import MAX_LINE_BYTES
+from kvclaims.refinement.testing import TraceBuilder
+from kvclaims.spec.trace import TraceEvent, TraceHeader
+
+
+def valid_trace() -> TraceBuilder:
+    trace = TraceBuilder(usable_blocks=80).accept("A", blocks=2).store_prefix("A", 2).materialize("A", 2)
+    return trace.admit("r1").reuse("r1", "A", 2).finish("r1")
+
+
+VALID = valid_trace().ndjson()
+
+
+def test_the_valid_trace_is_accepted() -> None:
+    assert check_bytes(VALID).outcome is Outcome.accepted
+
+
+BAD_INPUTS = {
+    "empty file": b"",
+    "missing header": VALID.split(b"\n", 1)[1],
+    "header is not an object": b"[1, 2]\n" + VALID.split(b"\n", 1)[1],
+    "wrong format version": VALID.replace(b'"kvclaims_trace":1', b'"kvclaims_trace":2', 1),
+    "truncated last line": VALID[:-12],
+    "invalid UTF-8": VALID.replace(b'"tenant-a"', b'"tenant-\xff"'),
+    "NaN": VALID.replace(b'"active_live_blocks":1', b'"active_live_blocks":NaN'),
+    "NaN in kept context": VALID.replace(b'"status":"finished"', b'"status":"finished","extra":NaN'),
+    "2^80 seq": VALID.replace(b'{"seq":5', b'{"seq":1208925819614629174706176'),
+    "2^80 in the header": VALID.replace(
+        b'"usable_blocks":80', b'"usable_blocks":1208925819614629174706176', 1
+    ),
+    "repeated seq": VALID.replace(b'{"seq":5', b'{"seq":4'),
+    "decreasing seq": VALID.replace(b'{"seq":5', b'{"seq":1'),
+    "blank line": VALID.replace(b"\n", b"\n\n", 2),
+    "float where an integer belongs": VALID.replace(b'"leading_blocks":2', b'"leading_blocks":2.0'),
+    "string where an integer belongs": VALID.replace(b'"block_id":1000', b'"block_id":"1000"'),
+    "missing required field": VALID.replace(b',"status":"finished"', b""),
+    "event without seq": VALID.replace(b'{"seq":6,', b"{"),
+    "not JSON": VALID + b"this is not json\n",
+    "nested too deep": VALID + b'{"seq":99,"event":"x","ctx":' + b"[" * 100 + b"]" * 100 + b"}\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_INPUTS))
+def test_bad_input_is_invalid_with_a_located_finding(name: str) -> None:
+    verdict = check_bytes(BAD_INPUTS[name])
+    assert verdict.outcome is Outcome.invalid, verdict.reason
+    assert verdict.finding is not None
+    assert verdict.error_class in (ErrorClass.parse, ErrorClass.ordering)
+    if name in ("repeated seq", "decreasing seq"):
+        assert verdict.error_class is ErrorClass.ordering and verdict.finding.field == "seq"
+
+
+def test_an_unknown_event_type_is_inconclusive_not_invalid() -> None:
+    verdict = check_bytes(VALID + b'{"seq":99,"event":"resident_claim_teleported","claim_id":"A"}\n')
+    assert verdict.outcome is Outcome.inconclusive and verdict.error_class is ErrorClass.unknown_event
+
+
+def test_an_unknown_event_still_needs_an_increasing_seq() -> None:
+    assert check_bytes(VALID + b'{"seq":1,"event":"resident_claim_teleported"}\n').outcome is Outcome.invalid
+
+
+def test_a_complete_last_line_without_newline_is_still_read() -> None:
+    assert check_bytes(VALID.rstrip(b"\n")).outcome is Outcome.accepted
+
+
+def test_a_100_mb_line_is_refused_without_reading_it_whole(tmp_path: Path) -> None:
+    path = tmp_path / "huge.ndjson"
+    with path.open("wb") as handle:
+        handle.write(VALID.split(b"\n", 1)[0] + b"\n")
+        handle.write(b'{"seq":1,"event":"request_finished","request_id":"')
+        chunk = b"x" * (1 << 20)
+        for _ in range(100):
+            handle.write(chunk)
+        handle.write(b'","status":"ok"}\n')
+    verdict = check_trace(path)
+    assert verdict.outcome is Outcome.invalid
+    assert f"{MAX_LINE_BYTES}" in verdict.reason
+
+
+# --- fuzzing ------------------------------------------------------------------------------
+
+HEADER = TypeAdapter(TraceHeader)
+EVENT = TypeAdapter(TraceEvent)
+
+
+def oracle_valid(data: bytes) -> bool:
+    """A slow, independent judgement: is this a well-formed trace v1?"""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if not lines:
+        return False
+    try:
+        HEADER.validate_python(json.loads(lines[0]))
+        last = -1
+        for line in lines[1:]:
+            document = json.loads(line)
+            event = EVENT.validate_python(document)
+            if event.seq <= last or event.seq >= 2**63:
+                return False
+            last = event.seq
+    except (ValueError, ValidationError, RecursionError):
+        return False
+    return True
+
+
+FUZZ = settings(
+    max_examples=400, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+
+
+@FUZZ
+@given(st.binary(max_size=2048))
+def test_arbitrary_bytes_never_crash_and_are_accepted_only_if_well_formed(data: bytes) -> None:
+    verdict = check_bytes(data)
+    if verdict.outcome is Outcome.accepted:
+        assert oracle_valid(data)
+
+
+@st.composite
+def mutated_traces(draw: st.DrawFn) -> bytes:
+    data = bytearray(VALID)
+    for _ in range(draw(st.integers(1, 4))):
+        kind = draw(
+            st.sampled_from(["truncate", "delete", "insert", "replace", "duplicate_line", "swap_lines"])
+        )
+        lines = bytes(data).split(b"\n")
+        if kind == "truncate":
+            del data[draw(st.integers(0, len(data))) :]
+        elif kind == "delete" and data:
+            position = draw(st.integers(0, len(data) - 1))
+            del data[position : position + draw(st.integers(1, 8))]
+        elif kind == "insert":
+            position = draw(st.integers(0, len(data)))
+            data[position:position] = draw(
+                st.sampled_from(
+                    [b"\xff", b"\x00", b"NaN", b"1208925819614629174706176", b"\n", b",", b"{", b"-1"]
+                )
+            )
+        elif kind == "replace" and data:
+            data[draw(st.integers(0, len(data) - 1))] = draw(st.integers(0, 255))
+        elif kind == "duplicate_line" and len(lines) > 2:
+            index = draw(st.integers(1, len(lines) - 2))
+            lines.insert(index, lines[index])
+            data = bytearray(b"\n".join(lines))
+        elif kind == "swap_lines" and len(lines) > 3:
+            i = draw(st.integers(1, len(lines) - 3))
+            lines[i], lines[i + 1] = lines[i + 1], lines[i]
+            data = bytearray(b"\n".join(lines))
+    return bytes(data)
+
+
+@FUZZ
+@given(mutated_traces())
+def test_damaged_traces_never_crash_and_are_accepted_only_if_still_well_formed(data: bytes) -> None:
+    verdict = check_bytes(data)
+    assert verdict.outcome in Outcome
+    if verdict.outcome is Outcome.accepted:
+        assert oracle_valid(data)
