@@ -176,7 +176,12 @@ TRANSITIONS: tuple[Transition, ...] = tuple(
         # loss below the predicate (derived from block events)
         ("materialized", E.predicate_broken, P.breached, G.preserving),
         ("materialized", E.predicate_broken, P.accepted, G.observational),
-        (f"{RESPONSIBLE} {SETTLED} breached checkpoint_mismatch harmed", E.predicate_broken, None),
+        # (materialized is not listed: its two guarded rows above cover every profile)
+        (
+            f"accepted offloaded restoring {SETTLED} breached checkpoint_mismatch harmed",
+            E.predicate_broken,
+            None,
+        ),
         (
             "materialized breached offloaded restoring checkpoint_mismatch",
             E.harm,
