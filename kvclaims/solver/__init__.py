@@ -1,0 +1,18 @@
+"""kvclaims.solver: the contract as a Z3 model, its named proofs, and adversarial search.
+
+Depends on `kvclaims.spec` and `kvclaims.statemachine` only. Every model here is built by
+iterating over the tables of `kvclaims.spec.tables` and the transition table of
+`kvclaims.statemachine.lifecycle`; none restates a fact. Modules, one concern each:
+
+- `z3env`: one `Job` per solver task (fresh `z3.Context`, fixed seeds, an `rlimit` on every
+  solver), so results are reproducible for the pinned z3 version.
+- `facts`: the tables the models read, as one value (a planted bug is a modified copy).
+- `symbolic`: a finite symbolic descriptor (a `Layout` of evidence sites plus Z3 variables),
+  its decoding into a real `Descriptor` and the encoding of a concrete one.
+- `lowering_model`: `kvclaims.spec.lower` as Z3 terms over a symbolic descriptor.
+- `lifecycle_model`, `capacity_model`: the claim and request machines as transition relations,
+  and the capacity arithmetic of refusals.
+- `engines`: validity, Spacer/CHC invariants (re-checked), k-induction and BMC.
+- `obligations`, `report`: the named proofs and the committed `proofs/` directory.
+- `differential`, `adversary`, `upgrades`, `traces`, `positives`, `planted`: search.
+"""
