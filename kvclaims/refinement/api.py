@@ -20,7 +20,7 @@ from typing import IO, Any
 
 from kvclaims.refinement.checker import Budget, Checker, Rejection, Undecidable
 from kvclaims.refinement.decoding import EVENT_NAME
-from kvclaims.refinement.reader import HeaderInfo, TraceInputError, UnknownEvent
+from kvclaims.refinement.reader import HeaderInfo, TraceInputError
 from kvclaims.refinement.sources import AUTO, FORMATS, Opener, detect, open_source
 from kvclaims.refinement.verdict import (
     Counterexample,
@@ -117,7 +117,6 @@ class _Run:
     def check(self, make_source: Callable[[], Any]) -> TraceVerdict:
         checker: Checker | None = None
         source: Any = None
-        unknown: Finding | None = None
         try:
             source = make_source()
             self.header = source.header
@@ -126,17 +125,7 @@ class _Run:
                 block_size=source.header.block_size,
                 budget=self.budget,
             )
-            feed = checker.feed
-            for line, index, event in source.events():
-                if type(event) is UnknownEvent:
-                    if unknown is None:
-                        unknown = Finding(
-                            ErrorClass.unknown_event,
-                            f"unknown event type {event.name!r} (not in the format)",
-                            line=line,
-                        )
-                    continue
-                feed(event, line, index)
+            source.drive(checker)
             checker.finish()
         except TraceInputError as error:
             return self._verdict(Outcome.invalid, source, checker, finding=error.finding)
@@ -148,12 +137,12 @@ class _Run:
         notes = tuple(f.message for f in checker.undecided)
         preconditions = getattr(source, "preconditions", None)
         if preconditions is not None:
-            notes += (
-                "telemetry_join preconditions hold: "
-                + ", ".join(p.value for p, ok in preconditions.items() if ok),
+            held = ", ".join(p.value for p, ok in preconditions.items() if ok)
+            notes += (f"telemetry_join preconditions hold: {held}",)
+        if checker.first_unknown is not None:
+            return self._verdict(
+                Outcome.inconclusive, source, checker, finding=checker.first_unknown, notes=notes
             )
-        if unknown is not None:
-            return self._verdict(Outcome.inconclusive, source, checker, finding=unknown, notes=notes)
         if checker.undecided:
             return self._verdict(
                 Outcome.inconclusive, source, checker, finding=checker.undecided[0], notes=notes
@@ -239,26 +228,49 @@ def _mentions(event: Any, ids: frozenset[str], blocks: dict[int, str]) -> bool:
     return claim_id is None and getattr(event, "block_id", None) in blocks
 
 
+class _Past(Exception):
+    """The collector has seen the offending event; the rest of the trace is not needed."""
+
+
+class _Projection:
+    """A sink that keeps the steps mentioning the violation's ids, up to the offending event."""
+
+    def __init__(self, target: Counterexample, ids: frozenset[str]) -> None:
+        self.target = target
+        self.ids = ids
+        self.blocks: dict[int, str] = {}
+        self.steps: list[tuple[int, int, Any]] = []
+
+    def feed(self, event: Any, line: int, index: int) -> None:
+        target = self.target
+        if target.event_index >= 0 and index > target.event_index:
+            raise _Past
+        offending = index == target.event_index and line == target.line
+        if offending or _mentions(event, self.ids, self.blocks):
+            self.steps.append((line, index, event))
+
+    def feed_run(self, events: list[Any], line: int, index: int) -> None:
+        for offset, event in enumerate(events):
+            self.feed(event, line + offset, index + offset)
+
+    def unknown(self, name: str, line: int, index: int) -> None:
+        if self.target.event_index >= 0 and index > self.target.event_index:
+            raise _Past
+
+
 def _minimal_prefix(
     opener: Opener, fmt: str, registry: Path | None, header: HeaderInfo | None, rejection: Rejection
 ) -> tuple[PrefixEvent, ...]:
     target = rejection.counterexample
-    steps: list[tuple[int, int, Any]] = []
-    blocks: dict[int, str] = {}
+    projection = _Projection(target, rejection.ids)
     try:
         with opener() as stream:
-            source = open_source(opener, stream, fmt, registry=registry)
-            for line, index, event in source.events():
-                if type(event) is UnknownEvent:
-                    continue
-                if target.event_index >= 0 and index > target.event_index:
-                    break
-                if _mentions(event, rejection.ids, blocks) or (
-                    index == target.event_index and line == target.line
-                ):
-                    steps.append((line, index, event))
+            open_source(opener, stream, fmt, registry=registry).drive(projection)
+    except _Past:
+        pass
     except (TraceInputError, Undecidable):
         return ()
+    steps = projection.steps
     if header is None or not _rejects_alike(steps, header, target):
         return ()
     if len(steps) <= MAX_MINIMIZED_STEPS:

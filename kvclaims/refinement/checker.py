@@ -40,7 +40,7 @@ from kvclaims.refinement.ids import RetiredIds
 from kvclaims.refinement.verdict import Counterexample, ErrorClass, Finding, Witness
 from kvclaims.spec.claims import HybridTwoKey
 from kvclaims.spec.tables import DEVICE_CACHE_LEVELS
-from kvclaims.spec.trace import ConflictReason, RestorationOutcome
+from kvclaims.spec.trace import CAPACITY_PROOF_FIELDS, ConflictReason, RestorationOutcome
 from kvclaims.spec.vocabulary import ConformanceRule, ProtectionMode, TraceWitness
 from kvclaims.statemachine.lifecycle import (
     ALL_PROFILES,
@@ -63,6 +63,9 @@ from kvclaims.statemachine.requests import (
 
 R = ConformanceRule
 
+_NONE: dict[str, int] = MappingProxyType({})  # type: ignore[assignment]
+"""The shared, read-only empty map a claim or request starts with (most never need one)."""
+
 _ClaimTable = Mapping[Phase, Mapping[Event, "Phase | Violation"]]
 
 
@@ -80,6 +83,16 @@ LIFECYCLE_TABLES: Mapping[ClaimProfile, _ClaimTable] = MappingProxyType(
 )
 """`lifecycle.step`, evaluated once for every profile, phase and event."""
 
+_PROFILE_OF: Mapping[tuple[ProtectionMode, bool], tuple[ClaimProfile, _ClaimTable]] = MappingProxyType(
+    {
+        (mode, two_key): (profile, LIFECYCLE_TABLES[profile])
+        for mode in ProtectionMode
+        for two_key in (False, True)
+        for profile in (ClaimProfile.of(mode, two_key=two_key),)
+    }
+)
+"""A claim's profile and its tabulated lifecycle, by mode and predicate kind."""
+
 REQUEST_TABLE: Mapping[tuple[RequestPhase, RequestEvent], RequestPhase | RequestViolation] = MappingProxyType(
     {(phase, event): request_step(phase, event) for phase in RequestPhase for event in RequestEvent}
 )
@@ -91,6 +104,15 @@ _FAILURE_EVENT = {
     RestorationOutcome.expiry: Event.fail_restoration_expiry,
     RestorationOutcome.harm: Event.fail_restoration_harm,
 }
+_ADMITTED = REQUEST_TABLE[(REQUEST_INITIAL, RequestEvent.admit)]
+_FINISHED_FROM: Mapping[RequestPhase, RequestPhase] = MappingProxyType(
+    {
+        phase: target
+        for (phase, event), target in REQUEST_TABLE.items()
+        if event is RequestEvent.finish and type(target) is RequestPhase
+    }
+)
+"""The phases `request_finished` is legal from (by the request machine), and where it leads."""
 _RESPONSIBLE = frozenset({Phase.accepted, Phase.materialized, Phase.offloaded, Phase.restoring})
 _RETIRED = frozenset({Phase.released, Phase.harmed, Phase.rejected})
 _RETIRED_STATES: tuple[tuple[Phase, ClaimProfile], ...] = tuple(
@@ -168,12 +190,12 @@ class _Claim:
         self.present: bytearray | None = None
         self.leading = 0
         self.unconfirmed: tuple[int, int] | None = None
-        self.pending: dict[str, int] = {}
+        self.pending: dict[str, int] = _NONE
         self.accepted_line = 0
         self.offload_line = 0
         self.settled_line = 0
-        self.transitions: list[int] = []
-        self.blocked_while_full: list[int] = []
+        self.transitions: tuple[int, ...] = ()
+        self.blocked_while_full = 0
         self.broken_while_responsible = False
 
 
@@ -183,10 +205,19 @@ class _Request:
     def __init__(self, phase: RequestPhase) -> None:
         self.phase = phase
         self.owed: tuple[str, int] | None = None
-        self.failed: dict[str, int] = {}
-        self.restoring: dict[str, int] = {}
-        self.restored: dict[str, int] = {}
+        self.failed: dict[str, int] = _NONE
+        self.restoring: dict[str, int] = _NONE
+        self.restored: dict[str, int] = _NONE
         self.refused_line = 0
+
+    def record(self, slot: str, claim_id: str, line: int) -> None:
+        """Note `claim_id` at `line` in `failed`, `restoring` or `restored` (created on first use:
+        most requests never touch a claim)."""
+        found = getattr(self, slot)
+        if found is _NONE:
+            found = {}
+            setattr(self, slot, found)
+        found[claim_id] = line
 
 
 class Checker:
@@ -208,18 +239,25 @@ class Checker:
         self.retired: dict[str, int] = {}
         self.requests: dict[str, _Request] = {}
         self.finished = RetiredIds()
-        self.owners: dict[int, tuple[tuple[str, int], ...]] = {}
+        self.block_owner: dict[int, _Claim] = {}
+        self.block_position: dict[int, int] = {}
+        self.shared_owners: dict[int, list[tuple[_Claim, int]]] = {}
         self.undecided: list[Finding] = []
         self.steps = 0
         self.requests_seen = 0
         self._witnesses: dict[TraceWitness, tuple[tuple[int, ...], set[str]]] = {}
         self._restore_witness: dict[str, tuple[int, ...]] = {}
         self._failure_named: set[str] = set()
+        self._seen_eviction = False
+        self._seen_admission = False
         self._failure_witness: dict[str, tuple[int, ...]] = {}
         self._line = 0
         self._index = 0
-        self._event = ""
+        self._current: msgspec.Struct | None = None
+        self.first_unknown: Finding | None = None
         s = EVENT_STRUCTS
+        self._stored = s["block_stored"]
+        self._removed = s["block_removed"]
         self._handlers: dict[type, Callable[[Any], None]] = {
             s["resident_claim_submitted"]: self._submitted,
             s["resident_claim_accepted"]: self._accepted,
@@ -251,14 +289,95 @@ class Checker:
         """Check one step; `line` / `index` locate it in the source for counterexamples."""
         self._line = line
         self._index = index
-        self._event = EVENT_NAME[type(event)]
+        self._current = event
         self.steps += 1
         self._handlers[type(event)](event)
+
+    def feed_run(self, events: list[msgspec.Struct], line: int, index: int) -> None:
+        """Check consecutive steps: `events[i]` is at `line + i`, index `index + i`.
+
+        The same as `feed` on each, with the two commonest cases inlined (a tracked claim's
+        block stored in a fresh block, and a block removed that no claim holds or that leaves its
+        claim's leading prefix intact): they are most of a typical trace and need neither the
+        lifecycle nor a counterexample location, so they skip the per-event bookkeeping."""
+        stored, removed = self._stored, self._removed
+        claims_get = self.claims.get
+        owners = self.block_owner
+        positions = self.block_position
+        shared = self.shared_owners
+        limit = self.budget.max_tracked_blocks
+        handlers = self._handlers
+        seen_eviction = self._seen_eviction
+        self.steps += len(events)
+        for offset, event in enumerate(events):
+            cls = type(event)
+            if cls is stored:
+                claim_id = event.claim_id
+                if claim_id is None:
+                    if event.block_id not in owners:
+                        continue  # an unclaimed block in an id no claim holds: nothing to track
+                else:
+                    position = event.position
+                    claim = claims_get(claim_id)
+                    if (
+                        claim is not None
+                        and position is not None
+                        and event.cache_level is None
+                        and position < claim.footprint
+                        and claim.present is not None
+                    ):
+                        key = event.block_id
+                        if key not in owners and len(owners) < limit:
+                            owners[key] = claim
+                            positions[key] = position
+                            present = claim.present
+                            present[position] = 1
+                            if position == claim.leading:
+                                leading = position + 1
+                                footprint = claim.footprint
+                                while leading < footprint and present[leading]:
+                                    leading += 1
+                                claim.leading = leading
+                                if claim.unconfirmed is not None and leading >= claim.unconfirmed[0]:
+                                    claim.unconfirmed = None
+                            continue
+            elif cls is removed and event.claim_id is None and event.cache_level is None and not shared:
+                key = event.block_id
+                owner = owners.pop(key, None)
+                if owner is None:
+                    if seen_eviction:
+                        continue
+                    seen_eviction = True
+                else:
+                    position = positions.pop(key)
+                    present = owner.present
+                    if present is None or position >= owner.leading:
+                        if present is not None:
+                            present[position] = 0
+                        continue
+                    self._line, self._index, self._current = line + offset, index + offset, event
+                    self._lose(owner, position)
+                    continue
+            self._line, self._index, self._current = line + offset, index + offset, event
+            handlers[cls](event)
+
+    def unknown(self, name: str, line: int, index: int) -> None:
+        """An event type the format does not define: skipped, and the verdict can be at best
+        inconclusive."""
+        if self.first_unknown is None:
+            self.first_unknown = Finding(
+                ErrorClass.unknown_event, f"unknown event type {name!r} (not in the format)", line=line
+            )
+
+    @property
+    def _event(self) -> str:
+        current = self._current
+        return "<end of trace>" if current is None else EVENT_NAME[type(current)]
 
     def finish(self) -> None:
         """Check what the trace still owes at its end (harm reports, failure outcomes,
         materialization confirmations), then settle the witnesses that need the whole trace."""
-        self._event = "<end of trace>"
+        self._current = None
         self._index = -1
         for claim in self.claims.values():
             if claim.unconfirmed is not None:
@@ -380,14 +499,13 @@ class Checker:
         result = claim.table[claim.phase][event]
         if type(result) is Violation:
             raise self._claim_violation(claim, result)
-        if result is not claim.phase:
-            transitions = claim.transitions
-            if len(transitions) < 3:
-                transitions.append(self._line)
-                if len(transitions) == 3:
-                    self._witness(TraceWitness.ordered_lifecycle, tuple(transitions), claim.claim_id)
+        if result is not claim.phase and len(claim.transitions) < 3:
+            claim.transitions += (self._line,)
+            if len(claim.transitions) == 3:
+                self._witness(TraceWitness.ordered_lifecycle, claim.transitions, claim.claim_id)
         claim.phase = result  # type: ignore[assignment]
         if result in _RETIRED and claim.claim_id in self.claims:
+            claim.present = None  # its blocks are no longer tracked
             del self.claims[claim.claim_id]
             self.retired[claim.claim_id] = _RETIRED_CODE[(result, claim.profile)]  # type: ignore[index]
 
@@ -427,8 +545,7 @@ class Checker:
     def _take_terms(self, claim: _Claim, ev: Any) -> None:
         predicate = ev.predicate
         two_key = type(predicate).__name__ == HybridTwoKey.__name__
-        claim.profile = ClaimProfile.of(ev.mode, two_key=two_key)
-        claim.table = LIFECYCLE_TABLES[claim.profile]
+        claim.profile, claim.table = _PROFILE_OF[(ev.mode, two_key)]
         claim.mode = ev.mode
         claim.owner_scope = ev.owner_scope
         claim.object_id = ev.object_id
@@ -607,11 +724,13 @@ class Checker:
             )
         self._advance(claim, Event.require_restore)
         request = self._request_step(request_id, RequestEvent.reuse, request)
+        if claim.pending is _NONE:
+            claim.pending = {}
         claim.pending[request_id] = self._line
-        request.restoring[claim.claim_id] = self._line
+        request.record("restoring", claim.claim_id, self._line)
 
     def _take_pending(self, claim: _Claim, request_id: str, what: str) -> int:
-        line = claim.pending.pop(request_id, None)
+        line = claim.pending.pop(request_id, None) if claim.pending else None
         if line is None:
             self._claim_fail(
                 claim,
@@ -621,7 +740,7 @@ class Checker:
                 request_id,
             )
         request = self.requests.get(request_id)
-        if request is not None:
+        if request is not None and request.restoring:
             request.restoring.pop(claim.claim_id, None)
         return line  # type: ignore[return-value]
 
@@ -637,7 +756,7 @@ class Checker:
         required_line = self._take_pending(claim, request_id, "restored")
         request = self.requests.get(request_id)
         if request is not None:
-            request.restored[claim.claim_id] = self._line
+            request.record("restored", claim.claim_id, self._line)
         self._restore_witness[f"{claim.claim_id}\0{request_id}"] = (
             claim.offload_line,
             required_line,
@@ -656,7 +775,7 @@ class Checker:
         self._failure_named.add(claim.claim_id)
         request = self._request_for(request_id)
         if request is not None:
-            request.failed[claim.claim_id] = self._line
+            request.record("failed", claim.claim_id, self._line)
             if ev.outcome is RestorationOutcome.refusal:
                 request.owed = (claim.claim_id, self._line)
                 self._failure_witness[f"{claim.claim_id}\0{request_id}"] = (
@@ -685,7 +804,7 @@ class Checker:
                 )
                 request = self.requests.get(request_id)
                 if request is not None:
-                    request.restored[claim.claim_id] = self._line
+                    request.record("restored", claim.claim_id, self._line)
 
     # --- requests -----------------------------------------------------------------------
 
@@ -712,17 +831,27 @@ class Checker:
                 ids=(request_id,),
             )
         if request is None:
-            if len(self.requests) >= self.budget.max_live_requests:
-                self._exhausted(f"more than {self.budget.max_live_requests} live requests")
-            request = self.requests[request_id] = _Request(result)  # type: ignore[arg-type]
-            self.requests_seen += 1
+            request = self._new_request(request_id, result)  # type: ignore[arg-type]
         else:
             request.phase = result  # type: ignore[assignment]
         return request
 
+    def _new_request(self, request_id: str, phase: RequestPhase) -> _Request:
+        if len(self.requests) >= self.budget.max_live_requests:
+            self._exhausted(f"more than {self.budget.max_live_requests} live requests")
+        request = self.requests[request_id] = _Request(phase)
+        self.requests_seen += 1
+        return request
+
     def _admitted(self, ev: Any) -> None:
-        self._request_step(ev.request_id, RequestEvent.admit)
-        self._witness(TraceWitness.active_served_without_claim_block, (self._line,))
+        request_id = ev.request_id
+        if request_id in self.requests or request_id in self.finished:
+            self._request_step(request_id, RequestEvent.admit)
+        else:
+            self._new_request(request_id, _ADMITTED)
+        if not self._seen_admission:
+            self._seen_admission = True
+            self._witness(TraceWitness.active_served_without_claim_block, (self._line,))
 
     def _deferred(self, ev: Any) -> None:
         self._conflict(ev, RequestEvent.defer)
@@ -809,7 +938,7 @@ class Checker:
                 *blocking,
             )
             for claim in full:
-                claim.blocked_while_full.append(self._line)
+                claim.blocked_while_full = claim.blocked_while_full or self._line
 
     def _check_capacity(self, ev: Any) -> None:
         numbers = (
@@ -820,7 +949,20 @@ class Checker:
             ev.capacity_shortfall_blocks,
         )
         if None in numbers:
-            return  # only a restoration refusal may omit its proof (the trace model enforces it)
+            if ev.reason is ConflictReason.capacity:
+                missing = [
+                    name for name, value in zip(CAPACITY_PROOF_FIELDS, numbers, strict=True) if value is None
+                ]
+                self._fail(
+                    R.capacity_arithmetic,
+                    f"a capacity {self._event.removeprefix('active_request_')} without its capacity "
+                    f"proof (missing {', '.join(missing)})",
+                    subject=f"request {ev.request_id}",
+                    state="capacity proof",
+                    allowed=("all five capacity proof numbers",),
+                    ids=(ev.request_id,),
+                )
+            return  # a restoration refusal may omit its proof; a given one is checked below
         protected, active, total, usable, shortfall = numbers
         problem = None
         if total != protected + active:
@@ -857,7 +999,7 @@ class Checker:
             )
 
     def _reused(self, ev: Any) -> None:
-        claim = self._claim(ev.claim_id)
+        claim = self.claims.get(ev.claim_id) or self._claim(ev.claim_id)
         request_id = ev.request_id
         request = self.requests.get(request_id)
         if ev.predicate_satisfied and request is not None and claim.claim_id in request.failed:
@@ -878,11 +1020,11 @@ class Checker:
                 request_id,
             )
         request = self._request_step(request_id, RequestEvent.reuse, request)
-        if ev.predicate_satisfied:
+        if ev.predicate_satisfied and request.restored:
             self._served_after_restore(claim.claim_id, request_id, request)
 
     def _served_after_restore(self, claim_id: str, request_id: str, request: _Request) -> None:
-        line = request.restored.pop(claim_id, None)
+        line = request.restored.pop(claim_id, None) if request.restored else None
         if line is None:
             return
         lines = self._restore_witness.pop(f"{claim_id}\0{request_id}", None)
@@ -892,6 +1034,16 @@ class Checker:
     def _request_finished(self, ev: Any) -> None:
         request_id = ev.request_id
         request = self.requests.get(request_id)
+        if (
+            request is not None
+            and request.phase in _FINISHED_FROM
+            and request.owed is None
+            and not request.restoring
+            and not request.restored
+        ):
+            del self.requests[request_id]  # the common case: a legal finish that owes nothing
+            self.finished.add(request_id)
+            return
         if request is not None:
             if request.owed is not None:
                 claim_id, line = request.owed
@@ -917,7 +1069,7 @@ class Checker:
                     ids=(request_id, claim_id),
                 )
         request = self._request_step(request_id, RequestEvent.finish, request)
-        if not request.refused_line:
+        if request.restored and not request.refused_line:
             for claim_id in list(request.restored):
                 self._served_after_restore(claim_id, request_id, request)
         del self.requests[request_id]
@@ -950,78 +1102,123 @@ class Checker:
         return claim
 
     def _block_stored(self, ev: Any) -> None:
+        claim_id = ev.claim_id
+        position = ev.position
+        claim = None if claim_id is None else self.claims.get(claim_id)
+        if (
+            claim is None
+            or position is None
+            or ev.cache_level is not None
+            or claim.present is None
+            or position >= claim.footprint
+        ):
+            self._block_stored_rarely(ev)
+            return
+        self._track(claim, ev.block_id, position)
+
+    def _block_stored_rarely(self, ev: Any) -> None:
+        """The paths the hot one leaves out: unclaimed or host-tier blocks, a claim's first
+        block, a retired or undecided claim, and identity errors."""
         claim = self._block_claim(ev)
         level = ev.cache_level
         if level is not None and level.lower() not in DEVICE_CACHE_LEVELS:
             return
         key = ev.block_id
         if claim is None or ev.position is None:
-            if key in self.owners:
-                self._lose_block(self.owners.pop(key))  # the id now holds other content
+            self._lose_owners(key)  # the block id now holds other content
             return
         if claim.phase in _RETIRED or claim.phase is Phase.submitted:
             return
-        previous = self.owners.get(key)
-        owner = (claim.claim_id, ev.position)
-        if previous is None:
-            if len(self.owners) >= self.budget.max_tracked_blocks:
-                self._exhausted(f"more than {self.budget.max_tracked_blocks} tracked blocks")
-            self.owners[key] = (owner,)
-        elif owner not in previous:
-            self.owners[key] = (*previous, owner)
-        present = claim.present
-        if present is None:
-            present = claim.present = bytearray(claim.footprint)
+        if claim.present is None:
+            claim.present = bytearray(claim.footprint)
             self._witness(TraceWitness.claim_scoped_blocks, (claim.accepted_line, self._line), claim.claim_id)
-        position = ev.position
-        present[position] = 1
+        self._track(claim, key, ev.position)
+
+    def _track(self, claim: _Claim, key: int, position: int) -> None:
+        """Block `key` now holds `position` of `claim`'s prefix."""
+        owner = self.block_owner.get(key)
+        if owner is None:
+            if len(self.block_owner) >= self.budget.max_tracked_blocks:
+                self._exhausted(f"more than {self.budget.max_tracked_blocks} tracked blocks")
+            self.block_owner[key] = claim
+            self.block_position[key] = position
+        elif owner is not claim or self.block_position[key] != position:
+            shared = self.shared_owners.setdefault(key, [])
+            if (claim, position) not in shared:
+                shared.append((claim, position))
+        present = claim.present
+        present[position] = 1  # type: ignore[index]
         if position == claim.leading:
             leading = position + 1
             footprint = claim.footprint
-            while leading < footprint and present[leading]:
+            while leading < footprint and present[leading]:  # type: ignore[index]
                 leading += 1
             claim.leading = leading
             if claim.unconfirmed is not None and leading >= claim.unconfirmed[0]:
                 claim.unconfirmed = None
 
+    def _owners_of(self, key: int) -> list[tuple[_Claim, int]]:
+        """Every (claim, position) block `key` held, forgetting them."""
+        owner = self.block_owner.pop(key, None)
+        if owner is None:
+            return []
+        owned = [(owner, self.block_position.pop(key))]
+        if self.shared_owners:
+            owned.extend(self.shared_owners.pop(key, ()))
+        return owned
+
+    def _lose_owners(self, key: int) -> bool:
+        """Block `key` left the device tier; False when no claim held it."""
+        owned = self._owners_of(key)
+        for claim, position in owned:
+            self._lose(claim, position)
+        return bool(owned)
+
     def _block_removed(self, ev: Any) -> None:
+        if ev.claim_id is not None or ev.cache_level is not None:
+            self._block_removed_rarely(ev)
+        elif not self._lose_owners(ev.block_id) and not self._seen_eviction:
+            self._seen_eviction = True
+            self._witness(TraceWitness.ordinary_eviction_without_claim, (self._line,))
+
+    def _block_removed_rarely(self, ev: Any) -> None:
         claim = self._block_claim(ev)
         level = ev.cache_level
         if level is not None and level.lower() not in DEVICE_CACHE_LEVELS:
             return
-        owned = self.owners.pop(ev.block_id, None)
+        owned = self._owners_of(ev.block_id)
         if claim is not None and ev.position is not None:
-            named = (claim.claim_id, ev.position)
-            if owned is not None and named not in owned:
+            if owned and not any(o.claim_id == claim.claim_id and p == ev.position for o, p in owned):
+                holders = ", ".join(f"{o.claim_id}@{p}" for o, p in owned)
                 self._claim_fail(
                     claim,
                     R.identity,
                     f"block_removed names position {ev.position} of {claim.claim_id}, but block "
-                    f"{ev.block_id} was stored for {', '.join(f'{c}@{p}' for c, p in owned)}",
+                    f"{ev.block_id} was stored for {holders}",
                 )
-            owned = (named,)
-        if owned is None:
+            owned = [(claim, ev.position)]
+        if not owned:
             self._witness(TraceWitness.ordinary_eviction_without_claim, (self._line,))
-            return
-        self._lose_block(owned)
+        for owner, position in owned:
+            self._lose(owner, position)
 
-    def _lose_block(self, owned: tuple[tuple[str, int], ...]) -> None:
-        for claim_id, position in owned:
-            claim = self.claims.get(claim_id)
-            present = claim.present if claim is not None else None
-            if claim is None or present is None:
-                continue
-            present[position] = 0
-            if position >= claim.leading:
-                continue
-            before = claim.leading
-            claim.leading = position
-            required = claim.required
-            if required is not None and before >= required > position:
-                if claim.phase in _RESPONSIBLE:
-                    claim.broken_while_responsible = True
-                self._advance(claim, Event.predicate_broken)
-                self._settled_loss(claim)
+    def _lose(self, claim: _Claim, position: int) -> None:
+        """`position` of `claim`'s prefix is gone; a drop below the predicate is the lifecycle's
+        `predicate_broken`."""
+        present = claim.present
+        if present is None:
+            return  # retired, or never tracked
+        present[position] = 0
+        if position >= claim.leading:
+            return
+        before = claim.leading
+        claim.leading = position
+        required = claim.required
+        if required is not None and before >= required > position:
+            if claim.phase in _RESPONSIBLE:
+                claim.broken_while_responsible = True
+            self._advance(claim, Event.predicate_broken)
+            self._settled_loss(claim)
 
     def _fault(self, ev: Any) -> None:
         """A fault injection is context for the counterexample, not a model step."""
@@ -1041,7 +1238,7 @@ class Checker:
             if claim.blocked_while_full and not claim.broken_while_responsible:
                 self._witness(
                     TraceWitness.protected_under_pressure,
-                    (claim.accepted_line, claim.blocked_while_full[0]),
+                    (claim.accepted_line, claim.blocked_while_full),
                     claim.claim_id,
                 )
         failed = self._witnesses.get(TraceWitness.restoration_failure_fail_closed)

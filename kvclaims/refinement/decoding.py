@@ -4,8 +4,8 @@ The pydantic models of `kvclaims.spec.trace` are the schema of record. This modu
 fields (annotation plus constraint metadata) and builds equivalent msgspec Structs, one per
 event type, joined in a tagged union on `event`; decoding one line is then a single C call.
 What a Struct cannot express (pydantic model validators, such as "exactly one of blocks or
-tokens") is not re-implemented: events whose model carries a validator are re-validated by
-pydantic itself (`NEEDS_MODEL_VALIDATION`; they are the rare claim-terms events). A test
+tokens") is not re-implemented: pydantic itself re-runs them (`run_model_validators`) on the
+fields that need them, once per distinct value. A test
 checks on generated events that both accept exactly the same lines.
 
 One documented difference: every integer must fit in a signed 64-bit word (`MAX_TRACE_INT`).
@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal, Union
 
 import annotated_types
 import msgspec
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
 from kvclaims.spec.trace import EVENT_MODELS
@@ -120,6 +120,7 @@ class _Deriver:
         options: dict[str, Any] = {
             "kw_only": True,
             "frozen": True,
+            "gc": False,  # decoded events hold no cycles; untracked objects spare the collector
             "forbid_unknown_fields": model.model_config.get("extra") == "forbid",
         }
         if tag_field is not None:
@@ -150,6 +151,26 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
     return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
 
 
+def _validated_fields(model: type[BaseModel]) -> tuple[tuple[str, TypeAdapter[Any]], ...] | None:
+    """How to re-run the validators a Struct cannot express: None when the event model itself
+    has one (validate the whole event), else the fields whose nested models have one, each with
+    a pydantic adapter for just that field."""
+    if model.__pydantic_decorators__.model_validators:
+        return None
+    return tuple(
+        (
+            name,
+            TypeAdapter(
+                Annotated[info.annotation, Field(discriminator=info.discriminator)]
+                if info.discriminator
+                else info.annotation
+            ),
+        )
+        for name, info in model.model_fields.items()
+        if any(_has_model_validators(nested) for nested in _models_in(info.annotation))
+    )
+
+
 _DERIVER = _Deriver()
 
 EVENT_STRUCTS: Mapping[str, type[msgspec.Struct]] = types.MappingProxyType(
@@ -160,10 +181,13 @@ EVENT_STRUCTS: Mapping[str, type[msgspec.Struct]] = types.MappingProxyType(
 EventStruct = Union[tuple(EVENT_STRUCTS.values())]  # type: ignore[valid-type]  # noqa: UP007
 """Any decoded event (the tagged union over `event`)."""
 
-NEEDS_MODEL_VALIDATION: frozenset[str] = frozenset(
-    name for name, model in EVENT_MODELS.items() if _has_model_validators(model)
+_VALIDATED: Mapping[str, tuple[tuple[str, TypeAdapter[Any]], ...] | None] = types.MappingProxyType(
+    {name: _validated_fields(model) for name, model in EVENT_MODELS.items() if _has_model_validators(model)}
 )
-"""Event types whose pydantic model has validators a Struct cannot express."""
+
+NEEDS_MODEL_VALIDATION: frozenset[str] = frozenset(_VALIDATED)
+"""Event types whose pydantic model (or a model nested in it) has validators a Struct cannot
+express; `run_model_validators` re-runs them."""
 
 EVENT_NAME: Mapping[type[msgspec.Struct], str] = types.MappingProxyType(
     {struct: name for name, struct in EVENT_STRUCTS.items()}
@@ -181,21 +205,30 @@ def convert_event(document: Mapping[str, Any]) -> msgspec.Struct:
     event = msgspec.convert(document, EventStruct)
     name = EVENT_NAME[type(event)]
     if name in NEEDS_MODEL_VALIDATION:
-        validate_with_model(name, document)
+        run_model_validators(name, event)
     return event
 
 
-def validate_with_model(name: str, document: Mapping[str, Any] | bytes) -> None:
-    """Run the schema-of-record model on one event, raising `msgspec.ValidationError` with
-    pydantic's first message when it refuses."""
-    from pydantic import ValidationError
+_PASSED: set[Any] = set()
+"""Nested values (frozen, hashable Structs) whose validators already passed: they are pure
+functions of the value, and a trace repeats the same few predicates many times."""
 
-    model = EVENT_MODELS[name]
+
+def run_model_validators(name: str, event: msgspec.Struct) -> None:
+    """Run the schema-of-record validators that the Struct of `name` cannot express, raising
+    `msgspec.ValidationError` with pydantic's first message when one refuses."""
+    fields = _VALIDATED[name]
     try:
-        if isinstance(document, bytes | bytearray | memoryview):
-            model.model_validate_json(bytes(document))
-        else:
-            model.model_validate(dict(document))
+        if fields is None:
+            EVENT_MODELS[name].model_validate(msgspec.to_builtins(event))
+            return
+        for field, adapter in fields:
+            value = getattr(event, field)
+            if value is None or value in _PASSED:
+                continue
+            adapter.validate_python(msgspec.to_builtins(value))
+            if len(_PASSED) < 4096:
+                _PASSED.add(value)
     except ValidationError as error:
         detail = error.errors(include_url=False)[0]
         where = ".".join(str(part) for part in detail["loc"])

@@ -39,8 +39,6 @@ class RetiredIds:
             self._flush()
 
     def __contains__(self, identifier: object) -> bool:
-        if not isinstance(identifier, str):
-            return False
         digest = hash(identifier)
         if digest in self._recent:
             return True

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import msgspec
 
@@ -26,7 +26,8 @@ from kvclaims.spec.trace import EVENT_MODELS
 MAX_LINE_BYTES = 1 << 20
 """Longest accepted line (1 MiB); trace events are a few hundred bytes."""
 
-_CHUNK = 1 << 20
+CHUNK_BYTES = 1 << 20
+"""How much is read at a time."""
 
 
 class TraceInputError(Exception):
@@ -48,7 +49,7 @@ def read_lines(stream: IO[bytes], *, max_line: int = MAX_LINE_BYTES) -> Iterator
     number = 0
     pending = b""
     while True:
-        chunk = stream.read(_CHUNK)
+        chunk = stream.read(CHUNK_BYTES)
         if not chunk:
             break
         pieces = chunk.split(b"\n")
@@ -80,6 +81,19 @@ def decode_json(content: bytes, line: int, terminated: bool) -> Any:
         if not terminated:
             raise parse_error(f"truncated last line (no newline, not valid JSON: {error})", line) from None
         raise parse_error(f"not valid JSON: {error}", line) from None
+
+
+class Sink(Protocol):
+    """Where a source pushes what it reads: the checker, or a counterexample collector."""
+
+    def feed(self, event: Any, line: int, index: int) -> None:
+        """One trace v1 step (a decoded event Struct), located in the source."""
+
+    def feed_run(self, events: list[Any], line: int, index: int) -> None:
+        """Consecutive steps: `events[i]` is at `line + i`, with index `index + i`."""
+
+    def unknown(self, name: str, line: int, index: int) -> None:
+        """An event whose type the format does not define."""
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from kvclaims.refinement.abstractions import (
 from kvclaims.refinement.decoding import convert_event
 from kvclaims.refinement.reader import (
     HeaderInfo,
+    Sink,
     UnknownEvent,
     decode_json,
     ordering_error,
@@ -39,10 +40,23 @@ AUTO = "auto"
 
 
 class Source(Protocol):
+    """A trace in one format: its header, then `drive(sink)` pushes every step to the sink;
+    `records` counts the source's own records (lines, frames) read so far."""
+
     format: str
     header: HeaderInfo
+    records: int
 
-    def events(self) -> Iterator[tuple[int, int, Any]]: ...
+    def drive(self, sink: Sink) -> None: ...
+
+
+def push(events: Iterator[tuple[int, int, Any]], sink: Sink) -> None:
+    """Drive a sink from a `(line, index, step | UnknownEvent)` iterator."""
+    for line, index, event in events:
+        if type(event) is UnknownEvent:
+            sink.unknown(event.name, line, index)
+        else:
+            sink.feed(event, line, index)
 
 
 class Abstraction(Protocol):
@@ -95,6 +109,9 @@ class ForeignSource:
 
     records = 0
     """Records read so far."""
+
+    def drive(self, sink: Sink) -> None:
+        push(self.events(), sink)
 
     def events(self) -> Iterator[tuple[int, int, Any]]:
         abstraction = self._abstraction

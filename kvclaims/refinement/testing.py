@@ -16,6 +16,7 @@ the checker by construction of the generator, and a test checks that it is.
 
 from __future__ import annotations
 
+import collections
 import random
 from collections.abc import Iterator
 from typing import IO, Any
@@ -176,7 +177,8 @@ class _Generator:
     Claims are hard_protected, offloadable or best_effort; each lives through acceptance,
     block-by-block materialization, reuse, offload / restore / failed-restore cycles and
     capacity conflicts, and ends demoted-then-released (with post-release block loss) or harmed.
-    Unclaimed blocks churn through the cache, and plain requests are admitted and finished.
+    As in a serving run, every request caches its own (unclaimed) prompt blocks and cache
+    pressure evicts the oldest of them, so block events are most of the trace.
     """
 
     def __init__(self, seed: int, usable_blocks: int, live_claims: int) -> None:
@@ -189,6 +191,7 @@ class _Generator:
         self.block_ids = 0
         self.materialized: list[_LiveClaim] = []
         self.offloaded: list[str] = []
+        self.cached: collections.deque[int] = collections.deque()
         self.out: list[bytes] = []
 
     def _event(self, event: str, **fields: Any) -> None:
@@ -280,6 +283,7 @@ class _Generator:
             cached_blocks=claim.footprint,
             predicate_satisfied=True,
         )
+        self._cache_blocks(self.rng.randint(1, 8))  # the request's own suffix after the claimed prefix
         self._event("request_finished", request_id=request_id, status="finished")
 
     def _offload(self, claim: _LiveClaim) -> str:
@@ -354,16 +358,26 @@ class _Generator:
         self._event("request_finished", request_id=request_id, status="refused")
 
     def _plain_request(self) -> None:
+        """An ordinary request: its prompt blocks enter the prefix cache unclaimed."""
         request_id = self._request_id()
-        self._event(
-            "active_request_admitted", request_id=request_id, active_live_blocks=self.rng.randint(1, 32)
-        )
+        blocks = self.rng.randint(4, 24)
+        self._event("active_request_admitted", request_id=request_id, active_live_blocks=blocks)
+        self._cache_blocks(blocks)
         self._event("request_finished", request_id=request_id, status="finished")
 
-    def _churn(self) -> None:
-        for _ in range(self.rng.randint(1, 4)):
+    def _cache_blocks(self, count: int) -> None:
+        for _ in range(count):
             block = self._new_block()
+            self.cached.append(block)
             self._event("block_stored", block_id=block, block_hash=f"h{block}")
+
+    def _churn(self) -> None:
+        """Cache pressure evicts the oldest unclaimed blocks (ordinary eviction, no claim)."""
+        excess = len(self.cached) - self.usable // 2
+        for _ in range(max(0, excess) + self.rng.randint(0, 8)):
+            if not self.cached:
+                return
+            block = self.cached.popleft()
             self._event("block_removed", block_id=block, block_hash=f"h{block}")
 
     def _retire(self) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from kvclaims.spec._types import Identifier, NonNegativeInt, PositiveInt, StrictStr, Text
 from kvclaims.spec.claims import CacheIdentity, MaterializationPredicate
@@ -194,8 +194,9 @@ class _ActiveConflict(_Event):
     `protected_resident_blocks + active_live_blocks_required = resident_plus_active_blocks`,
     `capacity_shortfall_blocks = max(0, resident_plus_active_blocks - usable_blocks)`.
 
-    A `capacity` conflict must carry all five numbers. A `restoration_failed` refusal is not a
-    capacity decision (seed 000 path B): its numbers may be absent, and are checked when given.
+    A `capacity` conflict must carry all five numbers (refinement rule 3 rejects one that does
+    not). A `restoration_failed` refusal is not a capacity decision (seed 000 path B): its numbers
+    may be absent, and are checked when given.
     """
 
     request_id: Identifier
@@ -206,14 +207,6 @@ class _ActiveConflict(_Event):
     resident_plus_active_blocks: NonNegativeInt | None = None
     usable_blocks: NonNegativeInt | None = None
     capacity_shortfall_blocks: NonNegativeInt | None = None
-
-    @model_validator(mode="after")
-    def _capacity_conflict_has_its_proof(self) -> _ActiveConflict:
-        if self.reason is ConflictReason.capacity:
-            missing = [name for name in CAPACITY_PROOF_FIELDS if getattr(self, name) is None]
-            if missing:
-                raise ValueError(f"a capacity conflict needs its capacity proof; missing {missing}")
-        return self
 
 
 class ActiveRequestDeferred(_ActiveConflict):

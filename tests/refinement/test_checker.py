@@ -136,9 +136,10 @@ def test_a_restoration_refusal_may_omit_its_proof_but_a_given_proof_must_add_up(
     assert check_bytes(wrong.ndjson()).rule is R.capacity_arithmetic
 
 
-def test_a_capacity_conflict_without_its_proof_is_not_a_trace() -> None:
+def test_a_capacity_conflict_without_its_proof_is_rejected() -> None:
     trace = TraceBuilder(usable_blocks=80).accept("C").materialize("C", 4).conflict("r", ["C"])
-    assert check_bytes(trace.ndjson()).outcome is Outcome.invalid
+    verdict = check_bytes(trace.ndjson())
+    assert verdict.rule is R.capacity_arithmetic and "without its capacity proof" in verdict.reason
 
 
 def test_a_finished_request_id_is_never_reused() -> None:

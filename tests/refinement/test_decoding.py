@@ -23,7 +23,7 @@ from kvclaims.refinement.decoding import (
     MAX_TRACE_INT,
     NEEDS_MODEL_VALIDATION,
     event_decoder,
-    validate_with_model,
+    run_model_validators,
 )
 from kvclaims.spec.trace import EVENT_MODELS, TraceEvent
 
@@ -165,7 +165,7 @@ def fast_accepts(line: bytes) -> bool:
         event = event_decoder().decode(line)
         name = EVENT_NAME[type(event)]
         if name in NEEDS_MODEL_VALIDATION:
-            validate_with_model(name, line)
+            run_model_validators(name, event)
     except msgspec.ValidationError:
         return False
     return True

@@ -417,6 +417,11 @@ class KvEventsSource:
             p: False for p in TelemetryJoinPrecondition
         }
 
+    def drive(self, sink: Any) -> None:
+        from kvclaims.refinement.sources import push
+
+        push(self.events(), sink)
+
     def events(self) -> Iterator[tuple[int, int, Any]]:
         join = _Join(self._registry)
         seq = 0
