@@ -104,6 +104,15 @@ _FAILURE_EVENT = {
     RestorationOutcome.expiry: Event.fail_restoration_expiry,
     RestorationOutcome.harm: Event.fail_restoration_harm,
 }
+_REQUEST_NEXT: Mapping[RequestEvent, Mapping[RequestPhase, RequestPhase | RequestViolation]] = (
+    MappingProxyType(
+        {
+            event: MappingProxyType({phase: REQUEST_TABLE[(phase, event)] for phase in RequestPhase})
+            for event in RequestEvent
+        }
+    )
+)
+"""`REQUEST_TABLE` by event, then phase (no tuple key to build per step)."""
 _ADMITTED = REQUEST_TABLE[(REQUEST_INITIAL, RequestEvent.admit)]
 _FINISHED_FROM: Mapping[RequestPhase, RequestPhase] = MappingProxyType(
     {
@@ -250,6 +259,8 @@ class Checker:
         self._failure_named: set[str] = set()
         self._seen_eviction = False
         self._seen_admission = False
+        self._complete: set[TraceWitness] = set()
+        """Witness kinds that need no more recording (lines known, claim ids at their bound)."""
         self._failure_witness: dict[str, tuple[int, ...]] = {}
         self._line = 0
         self._index = 0
@@ -258,6 +269,8 @@ class Checker:
         s = EVENT_STRUCTS
         self._stored = s["block_stored"]
         self._removed = s["block_removed"]
+        self._admitted_type = s["active_request_admitted"]
+        self._finished_type = s["request_finished"]
         self._handlers: dict[type, Callable[[Any], None]] = {
             s["resident_claim_submitted"]: self._submitted,
             s["resident_claim_accepted"]: self._accepted,
@@ -301,14 +314,20 @@ class Checker:
         claim's leading prefix intact): they are most of a typical trace and need neither the
         lifecycle nor a counterexample location, so they skip the per-event bookkeeping."""
         stored, removed = self._stored, self._removed
+        admitted, finished_type = self._admitted_type, self._finished_type
+        requests = self.requests
+        finished = self.finished
         claims_get = self.claims.get
         owners = self.block_owner
         positions = self.block_position
         shared = self.shared_owners
-        limit = self.budget.max_tracked_blocks
         handlers = self._handlers
         seen_eviction = self._seen_eviction
         self.steps += len(events)
+        if len(owners) >= self.budget.max_tracked_blocks:  # checked per run: overshoot <= one run
+            self._exhausted(f"more than {self.budget.max_tracked_blocks} tracked blocks")
+        if len(requests) >= self.budget.max_live_requests:
+            self._exhausted(f"more than {self.budget.max_live_requests} live requests")
         for offset, event in enumerate(events):
             cls = type(event)
             if cls is stored:
@@ -327,7 +346,7 @@ class Checker:
                         and claim.present is not None
                     ):
                         key = event.block_id
-                        if key not in owners and len(owners) < limit:
+                        if key not in owners:
                             owners[key] = claim
                             positions[key] = position
                             present = claim.present
@@ -357,6 +376,25 @@ class Checker:
                         continue
                     self._line, self._index, self._current = line + offset, index + offset, event
                     self._lose(owner, position)
+                    continue
+            elif cls is finished_type:
+                request_id = event.request_id
+                request = requests.get(request_id)
+                if (
+                    request is not None
+                    and request.phase in _FINISHED_FROM
+                    and request.owed is None
+                    and not request.restoring
+                    and not request.restored
+                ):
+                    del requests[request_id]  # a legal finish that owes nothing
+                    finished.add(request_id)
+                    continue
+            elif cls is admitted and self._seen_admission:
+                request_id = event.request_id
+                if request_id not in requests and request_id not in finished:
+                    requests[request_id] = _Request(_ADMITTED)
+                    self.requests_seen += 1
                     continue
             self._line, self._index, self._current = line + offset, index + offset, event
             handlers[cls](event)
@@ -502,7 +540,8 @@ class Checker:
         if result is not claim.phase and len(claim.transitions) < 3:
             claim.transitions += (self._line,)
             if len(claim.transitions) == 3:
-                self._witness(TraceWitness.ordered_lifecycle, claim.transitions, claim.claim_id)
+                if TraceWitness.ordered_lifecycle not in self._complete:
+                    self._witness(TraceWitness.ordered_lifecycle, claim.transitions, claim.claim_id)
         claim.phase = result  # type: ignore[assignment]
         if result in _RETIRED and claim.claim_id in self.claims:
             claim.present = None  # its blocks are no longer tracked
@@ -540,7 +579,8 @@ class Checker:
             self._take_terms(claim, ev)
         self._advance(claim, Event.accept)
         claim.accepted_line = self._line
-        self._witness(TraceWitness.claim_accepted, (self._line,), claim.claim_id)
+        if TraceWitness.claim_accepted not in self._complete:
+            self._witness(TraceWitness.claim_accepted, (self._line,), claim.claim_id)
 
     def _take_terms(self, claim: _Claim, ev: Any) -> None:
         predicate = ev.predicate
@@ -612,7 +652,8 @@ class Checker:
             claim.checkpoint = ev.checkpoint
         if claim.present is not None and claim.leading < ev.leading_blocks:
             claim.unconfirmed = (ev.leading_blocks, self._line)
-        self._witness(TraceWitness.claim_materialized, (claim.accepted_line, self._line), claim.claim_id)
+        if TraceWitness.claim_materialized not in self._complete:
+            self._witness(TraceWitness.claim_materialized, (claim.accepted_line, self._line), claim.claim_id)
 
     def _demoted(self, ev: Any) -> None:
         claim = self._claim(ev.claim_id)
@@ -820,7 +861,7 @@ class Checker:
             phase = RequestPhase.finished if request_id in self.finished else REQUEST_INITIAL
         else:
             phase = request.phase
-        result = REQUEST_TABLE[(phase, event)]
+        result = _REQUEST_NEXT[event][phase]
         if type(result) is RequestViolation:
             self._fail(
                 result.rule,
@@ -931,7 +972,7 @@ class Checker:
             lines = self._failure_witness.pop(key, None)
             if lines is not None:
                 self._witness(TraceWitness.restoration_failure_fail_closed, (*lines, self._line), blocking[0])
-        else:
+        elif TraceWitness.capacity_conflict_attributed not in self._complete:
             self._witness(
                 TraceWitness.capacity_conflict_attributed,
                 (*(self.claims[c].accepted_line for c in blocking), self._line),
@@ -1131,7 +1172,10 @@ class Checker:
             return
         if claim.present is None:
             claim.present = bytearray(claim.footprint)
-            self._witness(TraceWitness.claim_scoped_blocks, (claim.accepted_line, self._line), claim.claim_id)
+            if TraceWitness.claim_scoped_blocks not in self._complete:
+                self._witness(
+                    TraceWitness.claim_scoped_blocks, (claim.accepted_line, self._line), claim.claim_id
+                )
         self._track(claim, key, ev.position)
 
     def _track(self, claim: _Claim, key: int, position: int) -> None:
@@ -1227,11 +1271,16 @@ class Checker:
     # --- witnesses and budget -----------------------------------------------------------
 
     def _witness(self, kind: TraceWitness, lines: tuple[int, ...], *claim_ids: str) -> None:
+        """Record that `kind` was exercised: the first lines that show it, and (up to a bound)
+        every claim it was shown for."""
         found = self._witnesses.get(kind)
         if found is None:
             self._witnesses[kind] = (tuple(sorted({line for line in lines if line})), set(claim_ids))
+            found = self._witnesses[kind]
         elif len(found[1]) < _MAX_WITNESS_CLAIMS:
             found[1].update(claim_ids)
+        if not claim_ids or len(found[1]) >= _MAX_WITNESS_CLAIMS:
+            self._complete.add(kind)
 
     def _settle_witnesses(self) -> None:
         for claim in self.claims.values():

@@ -164,8 +164,9 @@ def _clean(events: list[Any], last_seq: int, validated: set[type]) -> bool:
     """Whether a decoded chunk needs no line-by-line pass: seq strictly increasing and every
     event of a validated type valid. Both are found with C-level passes (map, all, list.index)
     rather than a Python loop over the chunk."""
-    seqs = list(map(_SEQ, events))
-    if not (seqs[0] > last_seq and all(map(operator.lt, seqs, itertools.islice(seqs, 1, None)))):
+    if events[0].seq <= last_seq or not all(
+        map(operator.lt, map(_SEQ, events), map(_SEQ, itertools.islice(events, 1, None)))
+    ):
         return False
     types = list(map(type, events))
     for kind in validated.intersection(types):
