@@ -83,9 +83,15 @@ LIFECYCLE_TABLES: Mapping[ClaimProfile, _ClaimTable] = MappingProxyType(
 )
 """`lifecycle.step`, evaluated once for every profile, phase and event."""
 
-_PROFILE_OF: Mapping[tuple[ProtectionMode, bool], tuple[ClaimProfile, _ClaimTable]] = MappingProxyType(
+_PROFILES: tuple[ClaimProfile, ...] = tuple(sorted({*ALL_PROFILES, _UNDECIDED}, key=repr))
+"""Every profile a claim can have, in a fixed order (a claim keeps its rank in it)."""
+_RANK: Mapping[ClaimProfile, int] = MappingProxyType(
+    {profile: rank for rank, profile in enumerate(_PROFILES)}
+)
+
+_PROFILE_OF: Mapping[tuple[ProtectionMode, bool], tuple[ClaimProfile, _ClaimTable, int]] = MappingProxyType(
     {
-        (mode, two_key): (profile, LIFECYCLE_TABLES[profile])
+        (mode, two_key): (profile, LIFECYCLE_TABLES[profile], _RANK[profile])
         for mode in ProtectionMode
         for two_key in (False, True)
         for profile in (ClaimProfile.of(mode, two_key=two_key),)
@@ -125,12 +131,13 @@ _FINISHED_FROM: Mapping[RequestPhase, RequestPhase] = MappingProxyType(
 _RESPONSIBLE = frozenset({Phase.accepted, Phase.materialized, Phase.offloaded, Phase.restoring})
 _RETIRED = frozenset({Phase.released, Phase.harmed, Phase.rejected})
 _RETIRED_STATES: tuple[tuple[Phase, ClaimProfile], ...] = tuple(
-    (phase, profile)
-    for phase in sorted(_RETIRED)
-    for profile in sorted({*ALL_PROFILES, _UNDECIDED}, key=repr)
+    (phase, profile) for phase in sorted(_RETIRED) for profile in _PROFILES
 )
 """Phase and profile of a retired claim, by the small integer the checker stores for it."""
-_RETIRED_CODE = {state: code for code, state in enumerate(_RETIRED_STATES)}
+_RETIRED_BASE: Mapping[Phase, int] = MappingProxyType(
+    {phase: index * len(_PROFILES) for index, phase in enumerate(sorted(_RETIRED))}
+)
+"""A retired claim's code is its phase's base plus its profile's rank (see `_RETIRED_STATES`)."""
 _MAX_WITNESS_CLAIMS = 64
 
 
@@ -178,6 +185,7 @@ class _Claim:
         "phase",
         "present",
         "profile",
+        "rank",
         "required",
         "settled_line",
         "table",
@@ -189,6 +197,7 @@ class _Claim:
         self.claim_id = claim_id
         self.profile = _UNDECIDED
         self.table = LIFECYCLE_TABLES[_UNDECIDED]
+        self.rank = _RANK[_UNDECIDED]
         self.phase = INITIAL
         self.mode: ProtectionMode | None = None
         self.owner_scope: str | None = None
@@ -219,14 +228,21 @@ class _Request:
         self.restored: dict[str, int] = _NONE
         self.refused_line = 0
 
-    def record(self, slot: str, claim_id: str, line: int) -> None:
-        """Note `claim_id` at `line` in `failed`, `restoring` or `restored` (created on first use:
-        most requests never touch a claim)."""
-        found = getattr(self, slot)
-        if found is _NONE:
-            found = {}
-            setattr(self, slot, found)
-        found[claim_id] = line
+    def note_restoring(self, claim_id: str, line: int) -> None:
+        """The maps start as the shared empty `_NONE` (most requests never touch a claim)."""
+        if self.restoring is _NONE:
+            self.restoring = {}
+        self.restoring[claim_id] = line
+
+    def note_restored(self, claim_id: str, line: int) -> None:
+        if self.restored is _NONE:
+            self.restored = {}
+        self.restored[claim_id] = line
+
+    def note_failed(self, claim_id: str, line: int) -> None:
+        if self.failed is _NONE:
+            self.failed = {}
+        self.failed[claim_id] = line
 
 
 class Checker:
@@ -525,6 +541,7 @@ class Checker:
         view = _Claim(claim_id)
         view.phase, view.profile = _RETIRED_STATES[code]
         view.table = LIFECYCLE_TABLES[view.profile]
+        view.rank = _RANK[view.profile]
         return view
 
     @property
@@ -546,7 +563,7 @@ class Checker:
         if result in _RETIRED and claim.claim_id in self.claims:
             claim.present = None  # its blocks are no longer tracked
             del self.claims[claim.claim_id]
-            self.retired[claim.claim_id] = _RETIRED_CODE[(result, claim.profile)]  # type: ignore[index]
+            self.retired[claim.claim_id] = _RETIRED_BASE[result] + claim.rank  # type: ignore[index]
 
     def _unconfirmed(self, claim: _Claim) -> None:
         reported, line = claim.unconfirmed  # type: ignore[misc]
@@ -585,7 +602,7 @@ class Checker:
     def _take_terms(self, claim: _Claim, ev: Any) -> None:
         predicate = ev.predicate
         two_key = type(predicate).__name__ == HybridTwoKey.__name__
-        claim.profile, claim.table = _PROFILE_OF[(ev.mode, two_key)]
+        claim.profile, claim.table, claim.rank = _PROFILE_OF[(ev.mode, two_key)]
         claim.mode = ev.mode
         claim.owner_scope = ev.owner_scope
         claim.object_id = ev.object_id
@@ -768,7 +785,7 @@ class Checker:
         if claim.pending is _NONE:
             claim.pending = {}
         claim.pending[request_id] = self._line
-        request.record("restoring", claim.claim_id, self._line)
+        request.note_restoring(claim.claim_id, self._line)
 
     def _take_pending(self, claim: _Claim, request_id: str, what: str) -> int:
         line = claim.pending.pop(request_id, None) if claim.pending else None
@@ -797,7 +814,7 @@ class Checker:
         required_line = self._take_pending(claim, request_id, "restored")
         request = self.requests.get(request_id)
         if request is not None:
-            request.record("restored", claim.claim_id, self._line)
+            request.note_restored(claim.claim_id, self._line)
         self._restore_witness[f"{claim.claim_id}\0{request_id}"] = (
             claim.offload_line,
             required_line,
@@ -816,7 +833,7 @@ class Checker:
         self._failure_named.add(claim.claim_id)
         request = self._request_for(request_id)
         if request is not None:
-            request.record("failed", claim.claim_id, self._line)
+            request.note_failed(claim.claim_id, self._line)
             if ev.outcome is RestorationOutcome.refusal:
                 request.owed = (claim.claim_id, self._line)
                 self._failure_witness[f"{claim.claim_id}\0{request_id}"] = (
@@ -845,7 +862,7 @@ class Checker:
                 )
                 request = self.requests.get(request_id)
                 if request is not None:
-                    request.record("restored", claim.claim_id, self._line)
+                    request.note_restored(claim.claim_id, self._line)
 
     # --- requests -----------------------------------------------------------------------
 
