@@ -18,7 +18,16 @@ from kvclaims import __version__
 from kvclaims.cli._common import Exit, print_problems
 from kvclaims.spec.errors import InputError
 
-COMMANDS: tuple[str, ...] = ("lower", "matrix", "schema", "check", "demo")
+COMMANDS: tuple[str, ...] = (
+    "lower",
+    "matrix",
+    "schema",
+    "lifecycle",
+    "scenario",
+    "fuzz",
+    "check",
+    "demo",
+)
 """Subcommand modules, in the order `kvclaims --help` lists them."""
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kvclaims.cli._common import Exit, stdout_console
+from kvclaims.cli.scenario import demo_stage as scenario_demo_stage
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 DESCRIPTORS = REPOSITORY / "descriptors"
@@ -72,6 +73,7 @@ STAGES: tuple[tuple[str, Stage], ...] = (
     ("lowering matrix", _lowering_matrix),
     ("schemas", _schemas),
     ("refinement corpus", _refinement_corpus),
+    ("MicroRuntime scenarios", scenario_demo_stage),
 )
 
 

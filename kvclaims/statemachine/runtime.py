@@ -1,0 +1,1060 @@
+"""The MicroRuntime: a block-level KV pool with resident claims and an active/resident arbiter.
+
+Three resources stay apart (seed 001 section 1): resident reusable KV (cached blocks, pinned or
+not), active live KV (blocks running requests hold; under full attention every computed chunk
+stays live) and future reusable admission (whether a request's new blocks get a prefix hash).
+Every state change is emitted as a kvclaims trace v1 event (DESIGN 3), and every claim event
+is first stepped through the lifecycle machine: the runtime keeps each claim's `Phase` and
+cannot emit an event the contract forbids without raising `LifecycleBug` (a runtime bug, never
+an input problem). The numbers a scenario reports are read from this runtime's state and trace.
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from kvclaims.spec.errors import InputError, Problem
+from kvclaims.spec.trace import ConflictReason, RestorationOutcome
+from kvclaims.spec.vocabulary import ProtectionMode
+from kvclaims.statemachine.arbiter import CapacityProof, unavailable_reason
+from kvclaims.statemachine.checkpoint import HybridCheckpoint, restore
+from kvclaims.statemachine.inputs import ClaimSpec, RequestKind, RequestSpec, validate_inputs
+from kvclaims.statemachine.lifecycle import (
+    ClaimProfile,
+    Event,
+    Phase,
+    Violation,
+    at_end,
+    step,
+)
+from kvclaims.statemachine.policies import (
+    POLICIES,
+    BoundMethod,
+    ClaimPlan,
+    ConflictAction,
+    PlanningContext,
+    Policy,
+    Protection,
+)
+from kvclaims.statemachine.pool import BlockPool
+from kvclaims.statemachine.requests import (
+    REQUEST_INITIAL,
+    RequestEvent,
+    RequestPhase,
+    RequestViolation,
+    request_step,
+)
+from kvclaims.statemachine.tracing import TraceSink, trace_header
+
+RESPONSIBLE = frozenset({Phase.accepted, Phase.materialized, Phase.offloaded, Phase.restoring})
+"""Phases in which the runtime answers for the claim's predicate (new blocks are tagged)."""
+
+SATISFIABLE = frozenset({Phase.materialized, Phase.demoted, Phase.expired, Phase.released})
+"""Phases from which a reuse may report the predicate satisfied (if the blocks are there)."""
+
+TRACKED = RESPONSIBLE | {Phase.demoted, Phase.expired}
+"""Phases in which stored blocks of the claim's object are reported with its claim_id (after
+demotion or expiry the claim is no longer protected, but its post-release loss is reported)."""
+
+RETIRED = frozenset({Phase.released, Phase.harmed})
+"""Phases after which the runtime forgets the claim's blocks: they are ordinary cache entries,
+and block events no longer name the claim."""
+
+_RESTORATION_EVENT = {
+    RestorationOutcome.refusal: Event.fail_restoration_refusal,
+    RestorationOutcome.demotion: Event.fail_restoration_demotion,
+    RestorationOutcome.expiry: Event.fail_restoration_expiry,
+    RestorationOutcome.harm: Event.fail_restoration_harm,
+}
+
+
+next_phase = functools.cache(step)
+"""`lifecycle.step`, memoized: it is pure, and the runtime asks it for every claim event."""
+
+
+class LifecycleBug(AssertionError):
+    """The runtime was about to emit an event its own lifecycle machine forbids."""
+
+
+class FaultKind(StrEnum):
+    """Faults a test or scenario may inject (each is reported as `fault_injected`)."""
+
+    invalid_kv_load = "invalid_kv_load"
+    """A failed KV load drops a cached block's hash, even from a pinned block (vLLM's `fail`
+    policy on an invalid load)."""
+    restore_failure = "restore_failure"
+    """The next restore of an offloaded claim fails."""
+    checkpoint_in_place_mutation = "checkpoint_in_place_mutation"
+    """A two-key checkpoint's layout metadata is mutated in place (seed 002): same payload
+    bytes, different logical value."""
+
+
+class RequestOutcome(StrEnum):
+    """What `submit_request` (or a retry) did with a request."""
+
+    admitted = "admitted"
+    deferred = "deferred"
+    refused = "refused"
+    waiting = "waiting"
+    """Not schedulable now because running requests or TTL pins hold blocks; no claim is
+    to blame, so nothing is attributed (like vLLM's waiting queue)."""
+
+
+@dataclass(eq=False, slots=True)
+class ClaimRecord:
+    """One claim's runtime state. `block_at[i]` is the block holding position i, or -1."""
+
+    spec: ClaimSpec
+    profile: ClaimProfile
+    phase: Phase = Phase.absent
+    protection: Protection = Protection.none
+    protected_blocks: int = 0
+    block_at: list[int] = field(default_factory=list)
+    leading: int = 0
+    pinned: list[int] = field(default_factory=list)
+    retained: list[int] = field(default_factory=list)
+    accepted_seq: int = 0
+    expires_at: int | None = None
+    host_copy: bool = False
+    checkpoint: HybridCheckpoint | None = None
+    recorded_value_hash: str | None = None
+    failing_restore: RestorationOutcome | None = None
+    faults: int = 0
+
+    @property
+    def required(self) -> int:
+        return self.spec.required_blocks
+
+
+@dataclass(eq=False, slots=True)
+class RequestRecord:
+    """One request's runtime state: the blocks it holds, prefix order (shared hits first)."""
+
+    spec: RequestSpec
+    phase: RequestPhase = REQUEST_INITIAL
+    blocks: list[int] = field(default_factory=list)
+    hit_blocks: int = 0
+    deferrals: int = 0
+    waited_steps: int = 0
+    live_after_chunk: list[int] = field(default_factory=list)
+    live_bound: int | None = None
+    outcome: RequestOutcome | None = None
+    restored_checkpoint: bool = False
+    restore_failed: bool = False
+
+
+@dataclass
+class RuntimeStats:
+    """Counters read from the simulation (never set by a scenario)."""
+
+    evicted_blocks: int = 0
+    waiting_request_steps: int = 0
+    requests_that_waited: set[str] = field(default_factory=set)
+    host_offloaded_blocks: int = 0
+    host_restored_blocks: int = 0
+    recomputed_blocks: int = 0
+    ttl_pins_expired: int = 0
+    ttl_pinned_blocks_peak: int = 0
+
+
+class MicroRuntime:
+    """A MicroRuntime over `usable_blocks` blocks of `block_size` tokens, run by `policy`.
+
+    Drive it with `submit_claims`, `submit_request` / `finish_request`, `demote`, `release`,
+    `offload`, `inject_fault` and `tick`; read results from its records and its trace (the
+    `sink`). `close` checks that no claim still owes an event.
+    """
+
+    def __init__(
+        self,
+        usable_blocks: int,
+        *,
+        block_size: int = 16,
+        policy: Policy = POLICIES["hard_protected"],
+        sink: TraceSink | None = None,
+        source: str = "kvclaims-microruntime",
+    ) -> None:
+        validate_inputs(usable_blocks, source=source)
+        self.pool = BlockPool(usable_blocks, block_size)
+        self.policy = policy
+        self.step = 0
+        self.header = trace_header(usable_blocks, block_size, source)
+        self.claims: dict[str, ClaimRecord] = {}
+        self.requests: dict[str, RequestRecord] = {}
+        self.objects: dict[str, int] = {}
+        self.stats = RuntimeStats()
+        self.arbiter_log: list[dict[str, Any]] = []
+        self.phases_reached: set[Phase] = set()
+        self.transitions_taken: set[tuple[Phase, Event, Phase]] = set()
+        self.request_transitions: set[tuple[RequestPhase, RequestEvent, RequestPhase]] = set()
+        self._sink: TraceSink = sink if sink is not None else (lambda event: None)
+        self._seq = 0
+        self._claims_on: dict[str, list[ClaimRecord]] = {}
+        self._pinning: dict[str, ClaimRecord] = {}
+        self._hashes_of: dict[str, list[str]] = {}
+        self._pending: list[RequestRecord] = []
+        self._expiries: list[tuple[int, int, str]] = []
+        self._ttl_pins: dict[str, tuple[int, list[int]]] = {}
+        self._admitted_by_clock: list[str] = []
+
+    # ------------------------------------------------------------------ emission
+
+    @property
+    def events_emitted(self) -> int:
+        return self._seq
+
+    def _emit(self, event: str, fields: dict[str, Any]) -> None:
+        self._seq += 1
+        self._sink({"seq": self._seq, "event": event, **fields})
+
+    def _advance(self, claim: ClaimRecord, event: Event) -> None:
+        """Step the claim's lifecycle; an illegal event is a runtime bug."""
+        target = next_phase(claim.profile, claim.phase, event)
+        if isinstance(target, Violation):
+            raise LifecycleBug(f"claim {claim.spec.claim_id}: {target.message} ({target.rule})")
+        self.transitions_taken.add((claim.phase, event, target))
+        self.phases_reached.add(target)
+        claim.phase = target
+
+    def _advance_request(self, record: RequestRecord, event: RequestEvent) -> None:
+        target = request_step(record.phase, event)
+        if isinstance(target, RequestViolation):
+            raise LifecycleBug(f"request {record.spec.request_id}: {target.message} ({target.rule})")
+        self.request_transitions.add((record.phase, event, target))
+        record.phase = target
+
+    # ------------------------------------------------------------------ objects and hashes
+
+    def register_object(self, object_id: str, blocks: int) -> None:
+        """Declare a reusable prefix object's length (planners may read it)."""
+        self.objects[object_id] = max(blocks, self.objects.get(object_id, 0))
+
+    def _hashes(self, object_id: str, blocks: int) -> list[str]:
+        """Block hashes of the first `blocks` blocks of an object's prefix (chained by position:
+        equal objects share a prefix, different objects never do)."""
+        hashes = self._hashes_of.get(object_id)
+        if hashes is None:
+            hashes = self._hashes_of[object_id] = []
+        if len(hashes) < blocks:
+            hashes.extend(f"{object_id}#{i}" for i in range(len(hashes), blocks))
+        return hashes if len(hashes) == blocks else hashes[:blocks]
+
+    def residency(self, object_id: str, blocks: int) -> tuple[int, int]:
+        """(cached blocks among the object's first `blocks`, leading cached blocks), read from
+        the pool's hash index."""
+        hashes = self._hashes(object_id, blocks)
+        by_hash = self.pool.by_hash
+        return sum(1 for h in hashes if h in by_hash), self.pool.cached_prefix(hashes)
+
+    # ------------------------------------------------------------------ claims
+
+    def submit_claims(self, specs: Sequence[ClaimSpec]) -> list[ClaimPlan]:
+        """Submit claims together (materialization policies plan them as a batch)."""
+        validate_inputs(self.pool.usable, specs, source=self.header["source"])
+        taken = [s.claim_id for s in specs if s.claim_id in self.claims]
+        if taken:
+            raise InputError(
+                [
+                    Problem(self.header["source"], f"claim id {c!r} was already submitted", field="claims")
+                    for c in taken
+                ]
+            )
+        records = []
+        for spec in specs:
+            record = ClaimRecord(spec, ClaimProfile.of(spec.mode, two_key=spec.two_key))
+            self.claims[spec.claim_id] = record
+            self.phases_reached.add(Phase.absent)
+            self._emit("resident_claim_submitted", spec.terms())
+            self._advance(record, Event.submit)
+            records.append(record)
+        if self.policy.accepts_claims:
+            context = PlanningContext(self._protected_budget_left(), self.objects, self.policy.protection_of)
+            plans = self.policy.planner(specs, context)
+        else:
+            plans = [ClaimPlan(False, 0, f"{self.policy.name} has no claim contract")] * len(specs)
+        for record, plan in zip(records, plans, strict=True):
+            if plan.accepted:
+                self._accept(record, plan)
+            else:
+                self._emit(
+                    "resident_claim_rejected", {"claim_id": record.spec.claim_id, "reason": plan.reason}
+                )
+                self._advance(record, Event.reject)
+        return plans
+
+    def submit_claim(self, spec: ClaimSpec) -> ClaimPlan:
+        return self.submit_claims([spec])[0]
+
+    def _protected_budget_left(self) -> int:
+        budget = self.policy.protected_budget_blocks or self.pool.usable
+        return max(0, budget - sum(c.spec.footprint_blocks for c in self._pinning.values()))
+
+    def _accept(self, claim: ClaimRecord, plan: ClaimPlan) -> None:
+        spec = claim.spec
+        self._emit("resident_claim_accepted", spec.terms())
+        self._advance(claim, Event.accept)
+        claim.accepted_seq = self._seq
+        claim.protection = self.policy.protection_of(spec.mode)
+        claim.protected_blocks = plan.protected_blocks if claim.protection is not Protection.none else 0
+        claim.block_at = [-1] * spec.footprint_blocks
+        if claim.protection is Protection.pin:
+            self._pinning[spec.claim_id] = claim
+        if spec.duration_steps is not None and spec.mode is ProtectionMode.expiring:
+            claim.expires_at = self.step + spec.duration_steps
+            heapq.heappush(self._expiries, (claim.expires_at, claim.accepted_seq, spec.claim_id))
+        self._claims_on.setdefault(spec.object_id, []).append(claim)
+        by_hash = self.pool.by_hash
+        for position, block_hash in enumerate(self._hashes(spec.object_id, spec.footprint_blocks)):
+            block = by_hash.get(block_hash)
+            if block is not None:
+                self._emit(
+                    "block_stored",
+                    {
+                        "block_id": block,
+                        "block_hash": block_hash,
+                        "claim_id": spec.claim_id,
+                        "position": position,
+                    },
+                )
+                self._tag(claim, position, block)
+        self._settle_leading(claim)
+
+    def pin_limit(self, claim: ClaimRecord) -> int:
+        """How many leading positions victim exclusion covers for this claim."""
+        return claim.protected_blocks
+
+    def _tag(self, claim: ClaimRecord, position: int, block: int) -> None:
+        """`block` now holds the claim's `position`: protect it as the policy says."""
+        claim.block_at[position] = block
+        if claim.phase not in RESPONSIBLE or position >= self.pin_limit(claim):
+            return
+        if claim.protection is Protection.pin:
+            self.pool.pin(block)
+            claim.pinned.append(position)
+        elif claim.protection is Protection.retain:
+            self.pool.retain(block)
+            claim.retained.append(position)
+
+    def _settle_leading(self, claim: ClaimRecord) -> None:
+        """Extend the leading prefix over stored positions; materialize when it holds."""
+        block_at, footprint = claim.block_at, claim.spec.footprint_blocks
+        while claim.leading < footprint and block_at[claim.leading] >= 0:
+            claim.leading += 1
+        if claim.phase is Phase.accepted and claim.leading >= claim.required:
+            fields: dict[str, Any] = {"claim_id": claim.spec.claim_id, "leading_blocks": claim.leading}
+            if claim.spec.two_key:
+                claim.checkpoint = HybridCheckpoint.take(claim.spec.object_id, claim.required)
+                claim.recorded_value_hash = claim.checkpoint.value_hash
+                fields["checkpoint"] = claim.checkpoint.recorded()
+            self._emit("resident_claim_materialized", fields)
+            self._advance(claim, Event.materialize)
+
+    def _lose(self, claim: ClaimRecord, position: int) -> None:
+        """The claim's block at `position` left the pool: update the prefix, report breakage."""
+        block = claim.block_at[position]
+        claim.block_at[position] = -1
+        if position in claim.pinned:
+            claim.pinned.remove(position)
+        if position in claim.retained:
+            claim.retained.remove(position)
+            self.pool.unretain(block)
+        before = claim.leading
+        if position < before:
+            claim.leading = position
+        if before >= claim.required > claim.leading:
+            self._advance(claim, Event.predicate_broken)
+            if claim.phase is Phase.breached:
+                self._emit(
+                    "resident_claim_harmed",
+                    {
+                        "claim_id": claim.spec.claim_id,
+                        "leading_blocks": claim.leading,
+                        "required_blocks": claim.required,
+                    },
+                )
+                self._advance(claim, Event.harm)
+                self._end_protection(claim)
+            elif claim.phase is Phase.accepted:
+                self._emit(
+                    "resident_claim_lost", {"claim_id": claim.spec.claim_id, "leading_blocks": claim.leading}
+                )
+                self._advance(claim, Event.lose)
+
+    def _end_protection(self, claim: ClaimRecord) -> None:
+        """Responsibility ended (or moved off the GPU): unpin tail first, drop retention; a
+        released or harmed claim is retired."""
+        for position in sorted(claim.pinned, reverse=True):
+            self.pool.unpin(claim.block_at[position])
+        claim.pinned.clear()
+        for position in sorted(claim.retained, reverse=True):
+            self.pool.unretain(claim.block_at[position])
+        claim.retained.clear()
+        if claim.phase not in RESPONSIBLE:
+            self._pinning.pop(claim.spec.claim_id, None)
+        if claim.phase in RETIRED:
+            self._claims_on[claim.spec.object_id].remove(claim)
+            claim.block_at = [-1] * claim.spec.footprint_blocks
+            claim.leading = 0
+
+    def _claim(self, claim_id: str) -> ClaimRecord:
+        claim = self.claims.get(claim_id)
+        if claim is None:
+            raise InputError(
+                [Problem(self.header["source"], f"unknown claim {claim_id!r}", field="claim_id")]
+            )
+        return claim
+
+    def allows(self, claim_id: str, event: Event) -> bool:
+        """Is `event` a legal next step for this claim now (for drivers choosing operations)?"""
+        claim = self._claim(claim_id)
+        return not isinstance(next_phase(claim.profile, claim.phase, event), Violation)
+
+    def _require(self, claim: ClaimRecord, event: Event) -> None:
+        if isinstance(next_phase(claim.profile, claim.phase, event), Violation):
+            raise InputError(
+                [
+                    Problem(
+                        self.header["source"],
+                        f"{event} is not allowed for claim {claim.spec.claim_id} in phase {claim.phase}",
+                        field="claim_id",
+                    )
+                ]
+            )
+
+    def demote(self, claim_id: str, reason: str = "demoted by policy") -> None:
+        """Relax responsibility before loss: later loss is post-release, not harm."""
+        claim = self._claim(claim_id)
+        self._require(claim, Event.demote)
+        self._emit("resident_claim_demoted", {"claim_id": claim_id, "reason": reason})
+        self._advance(claim, Event.demote)
+        self._end_protection(claim)
+
+    def release(self, claim_id: str, reason: str = "released by owner") -> None:
+        claim = self._claim(claim_id)
+        self._require(claim, Event.release)
+        self._emit("resident_claim_released", {"claim_id": claim_id, "reason": reason})
+        self._advance(claim, Event.release)
+        self._end_protection(claim)
+
+    def offload(self, claim_id: str, tier: str = "host") -> None:
+        """Copy the claim's prefix to the host tier and let its GPU blocks become evictable."""
+        claim = self._claim(claim_id)
+        self._require(claim, Event.offload)
+        self._emit("resident_claim_offloaded", {"claim_id": claim_id, "tier": tier})
+        self._advance(claim, Event.offload)
+        claim.host_copy = True
+        self.stats.host_offloaded_blocks += claim.leading
+        self._end_protection(claim)
+
+    def _expire_due(self) -> None:
+        while self._expiries and self._expiries[0][0] <= self.step:
+            _, _, claim_id = heapq.heappop(self._expiries)
+            claim = self.claims[claim_id]
+            if not isinstance(next_phase(claim.profile, claim.phase, Event.expire), Violation):
+                self._emit("resident_claim_expired", {"claim_id": claim_id, "reason": "duration ended"})
+                self._advance(claim, Event.expire)
+                self._end_protection(claim)
+
+    # ------------------------------------------------------------------ blocks
+
+    def _store(self, blocks: list[int], object_id: str, start: int, hashes: list[str]) -> None:
+        """Computed blocks become reusable prefix state (future reusable admission). This and
+        `_allocate` are the hot path: unclaimed blocks take the short branch."""
+        stored = self.pool.store(blocks, object_id, start, hashes)
+        claims = self._claims_on.get(object_id)
+        sink = self._sink
+        for position in stored:
+            block = blocks[position - start]
+            if claims and any(position < c.spec.footprint_blocks for c in claims):
+                self._store_claimed(claims, block, hashes[position], position)
+            else:
+                self._seq += 1
+                sink(
+                    {
+                        "seq": self._seq,
+                        "event": "block_stored",
+                        "block_id": block,
+                        "block_hash": hashes[position],
+                    }
+                )
+
+    def _store_claimed(self, claims: list[ClaimRecord], block: int, block_hash: str, position: int) -> None:
+        tagged = [
+            c
+            for c in claims
+            if position < c.spec.footprint_blocks and c.phase in TRACKED and c.block_at[position] < 0
+        ]
+        if not tagged:
+            self._emit("block_stored", {"block_id": block, "block_hash": block_hash})
+        for claim in tagged:
+            self._emit(
+                "block_stored",
+                {
+                    "block_id": block,
+                    "block_hash": block_hash,
+                    "claim_id": claim.spec.claim_id,
+                    "position": position,
+                },
+            )
+            self._tag(claim, position, block)
+            self._settle_leading(claim)
+
+    def _allocate(self, count: int, record: RequestRecord) -> list[int]:
+        blocks, evicted = self.pool.allocate(count)
+        record.blocks.extend(blocks)
+        self.stats.evicted_blocks += len(evicted)
+        claims_on, sink = self._claims_on, self._sink
+        for block, block_hash, object_id, position in evicted:
+            claims = claims_on.get(object_id)
+            tagged = (
+                [c for c in claims if position < c.spec.footprint_blocks and c.block_at[position] == block]
+                if claims
+                else None
+            )
+            if not tagged:
+                self._seq += 1
+                sink(
+                    {"seq": self._seq, "event": "block_removed", "block_id": block, "block_hash": block_hash}
+                )
+                continue
+            for claim in tagged:
+                self._emit(
+                    "block_removed",
+                    {
+                        "block_id": block,
+                        "block_hash": block_hash,
+                        "claim_id": claim.spec.claim_id,
+                        "position": position,
+                    },
+                )
+            for claim in tagged:
+                self._lose(claim, position)
+        return blocks
+
+    # ------------------------------------------------------------------ requests
+
+    def submit_request(self, spec: RequestSpec) -> RequestOutcome:
+        """Schedule an active request now: admit it, or let the arbiter act, or let it wait."""
+        validate_inputs(self.pool.usable, requests=[spec], source=self.header["source"])
+        if spec.request_id in self.requests:
+            raise InputError(
+                [
+                    Problem(
+                        self.header["source"],
+                        f"request id {spec.request_id!r} was already used",
+                        field="requests",
+                    )
+                ]
+            )
+        if spec.reuse_claim is not None:
+            claim = self._claim(spec.reuse_claim)
+            if claim.phase in (Phase.absent, Phase.submitted, Phase.rejected, Phase.released):
+                raise InputError(
+                    [
+                        Problem(
+                            self.header["source"],
+                            f"request {spec.request_id} reuses {spec.reuse_claim}, which is {claim.phase}",
+                            field="reuse_claim",
+                        )
+                    ]
+                )
+        record = RequestRecord(spec)
+        self.requests[spec.request_id] = record
+        return self._schedule(record)
+
+    def _caching(self, spec: RequestSpec) -> bool:
+        return spec.kind is RequestKind.resident or self.policy.admit_active_to_cache
+
+    def _schedule(self, record: RequestRecord) -> RequestOutcome:
+        spec = record.spec
+        hashes = self._hashes(spec.object_id, spec.blocks)
+        hit = self.pool.cached_prefix(hashes)
+        hit_blocks = [self.pool.by_hash[h] for h in hashes[:hit]]
+        refs, pins = self.pool.request_refs, self.pool.pin_refs
+        queued_hits = sum(1 for b in hit_blocks if refs[b] == 0 and pins[b] == 0)
+        room = self.pool.available - queued_hits
+        if spec.blocks - hit <= room:
+            return self._admit(record, hit_blocks, caching=self._caching(spec))
+        return self._arbitrate(record, hit_blocks, room)
+
+    def _blocking(self, hit_blocks: Sequence[int]) -> tuple[list[ClaimRecord], int, int]:
+        """Claims pinning blocks, how many blocks they pin, and how many of those the request
+        shares (hits)."""
+        shared = set(hit_blocks)
+        pinned: set[int] = set()
+        blocking = []
+        for claim in self._pinning.values():
+            if claim.pinned:
+                blocking.append(claim)
+                pinned.update(claim.block_at[p] for p in claim.pinned)
+        blocking.sort(key=lambda c: c.accepted_seq)
+        return blocking, len(pinned), len(pinned & shared)
+
+    def _arbitrate(self, record: RequestRecord, hit_blocks: list[int], room: int) -> RequestOutcome:
+        spec = record.spec
+        blocking, protected, shared = self._blocking(hit_blocks)
+        proof = CapacityProof.measure(protected, spec.blocks - shared, self.pool.usable)
+        if not proof.claims_block:
+            return self._wait(record)
+        entry: dict[str, Any] = {
+            "step": self.step,
+            "request_id": spec.request_id,
+            "blocking_claim_ids": [c.spec.claim_id for c in blocking],
+            **proof.fields(),
+            "actions": [],
+        }
+        self.arbiter_log.append(entry)
+        for action in self.policy.conflict_actions:
+            reason = unavailable_reason(action, self.pool.usable)
+            if reason is not None:
+                entry["actions"].append({"action": action.value, "result": "unavailable", "reason": reason})
+                continue
+            outcome = self._try_action(action, record, hit_blocks, room, blocking, proof)
+            entry["actions"].append(
+                {"action": action.value, "result": "taken" if outcome else "not applicable"}
+            )
+            if outcome is not None:
+                return outcome
+        entry["actions"].append({"action": "refuse", "result": "taken", "reason": "no listed action applied"})
+        return self._conflict(record, "active_request_refused", blocking, proof)
+
+    def _try_action(
+        self,
+        action: ConflictAction,
+        record: RequestRecord,
+        hit_blocks: list[int],
+        room: int,
+        blocking: list[ClaimRecord],
+        proof: CapacityProof,
+    ) -> RequestOutcome | None:
+        spec = record.spec
+        need = spec.blocks - len(hit_blocks)
+        if action is ConflictAction.refuse:
+            return self._conflict(record, "active_request_refused", blocking, proof)
+        if action is ConflictAction.defer:
+            if record.deferrals >= self.policy.max_deferrals:
+                return None
+            return self._conflict(record, "active_request_deferred", blocking, proof)
+        if action is ConflictAction.relax:
+            chosen = self._enough(
+                [
+                    c
+                    for c in blocking
+                    if c.spec.mode is ProtectionMode.demotable and self.allows(c.spec.claim_id, Event.demote)
+                ],
+                need - room,
+                hit_blocks,
+            )
+            if chosen is None:
+                return None
+            for claim in chosen:
+                self.demote(claim.spec.claim_id, f"arbiter relaxed the claim for request {spec.request_id}")
+            return self._admit(record, hit_blocks, caching=self._caching(spec))
+        if action is ConflictAction.offload_resident:
+            chosen = self._enough(
+                [c for c in blocking if self.allows(c.spec.claim_id, Event.offload)], need - room, hit_blocks
+            )
+            if chosen is None:
+                return None
+            for claim in chosen:
+                self.offload(claim.spec.claim_id)
+            return self._admit(record, hit_blocks, caching=self._caching(spec))
+        if action in (ConflictAction.bound_active_live, ConflictAction.offload_active):
+            if spec.chunks is None or len(spec.chunks) < 2:
+                return None
+            window = max(spec.chunks)
+            bound = (
+                window if action is ConflictAction.offload_active else (self.policy.live_bound_blocks or 0)
+            )
+            if bound < window or bound >= spec.blocks or bound > self.pool.available:
+                return None
+            method = (
+                BoundMethod.offload if action is ConflictAction.offload_active else self.policy.bound_method
+            )
+            return self._admit(record, [], caching=False, bound=bound, method=method)
+        raise AssertionError(f"unhandled conflict action {action}")
+
+    def _enough(
+        self, candidates: list[ClaimRecord], missing: int, hit_blocks: list[int]
+    ) -> list[ClaimRecord] | None:
+        """The oldest candidates whose unpinning frees at least `missing` blocks, or None."""
+        shared = set(hit_blocks)
+        refs, pins = self.pool.request_refs, self.pool.pin_refs
+        chosen, freed = [], 0
+        for claim in candidates:
+            if freed >= missing:
+                break
+            chosen.append(claim)
+            freed += sum(
+                1
+                for p in claim.pinned
+                if pins[claim.block_at[p]] == 1
+                and refs[claim.block_at[p]] == 0
+                and claim.block_at[p] not in shared
+            )
+        return chosen if freed >= missing and chosen else None
+
+    def _conflict(
+        self, record: RequestRecord, event: str, blocking: list[ClaimRecord], proof: CapacityProof
+    ) -> RequestOutcome:
+        """Emit a refusal or deferral with its blocking claims and capacity proof."""
+        spec = record.spec
+        self._emit(
+            event,
+            {
+                "request_id": spec.request_id,
+                "reason": ConflictReason.capacity.value,
+                "blocking_claim_ids": [c.spec.claim_id for c in blocking],
+                **self._proof_fields(proof),
+            },
+        )
+        for claim in blocking:
+            self._advance(claim, Event.block)
+        if event == "active_request_deferred":
+            self._advance_request(record, RequestEvent.defer)
+            record.deferrals += 1
+            record.outcome = RequestOutcome.deferred
+            if record not in self._pending:
+                self._pending.append(record)
+            return RequestOutcome.deferred
+        self._advance_request(record, RequestEvent.refuse_capacity)
+        self._finish(record, "refused")
+        record.outcome = RequestOutcome.refused
+        return RequestOutcome.refused
+
+    def _proof_fields(self, proof: CapacityProof) -> dict[str, int]:
+        """The capacity proof as this runtime reports it."""
+        return proof.fields()
+
+    def _wait(self, record: RequestRecord) -> RequestOutcome:
+        record.outcome = RequestOutcome.waiting
+        self.stats.requests_that_waited.add(record.spec.request_id)
+        if record not in self._pending:
+            self._pending.append(record)
+        return RequestOutcome.waiting
+
+    def _admit(
+        self,
+        record: RequestRecord,
+        hit_blocks: list[int],
+        *,
+        caching: bool,
+        bound: int | None = None,
+        method: BoundMethod | None = None,
+    ) -> RequestOutcome:
+        spec = record.spec
+        if record in self._pending:
+            self._pending.remove(record)
+        for block in hit_blocks:
+            self.pool.hold(block)
+        record.blocks = list(hit_blocks)
+        record.hit_blocks = len(hit_blocks)
+        record.live_bound = bound
+        record.outcome = RequestOutcome.admitted
+        self._emit(
+            "active_request_admitted",
+            {
+                "request_id": spec.request_id,
+                "active_live_blocks": bound if bound is not None else spec.blocks,
+            },
+        )
+        self._advance_request(record, RequestEvent.admit)
+        if spec.job_id is not None and spec.job_id in self._ttl_pins:
+            self._drop_ttl_pin(spec.job_id)
+        if spec.reuse_claim is not None and not self._reuse(record, self.claims[spec.reuse_claim], caching):
+            return RequestOutcome.refused
+        self._compute(record, caching, bound, method)
+        return RequestOutcome.admitted
+
+    def _compute(
+        self, record: RequestRecord, caching: bool, bound: int | None, method: BoundMethod | None
+    ) -> None:
+        """Run the prefill chunk by chunk. Under full attention every chunk stays live; a
+        bound frees (recompute) or offloads the oldest chunks first."""
+        spec = record.spec
+        hashes = self._hashes(spec.object_id, spec.blocks)
+        position = 0
+        for chunk in spec.chunk_sizes:
+            end = position + chunk
+            start = max(position, len(record.blocks) if bound is None else position)
+            count = end - start
+            if bound is not None:
+                overflow = len(record.blocks) + count - bound
+                if overflow > 0:
+                    self._shed_oldest(record, overflow, method)
+            if count > 0:
+                new = self._allocate(count, record)
+                if caching:
+                    self._store(new, spec.object_id, start, hashes)
+            record.live_after_chunk.append(len(record.blocks))
+            position = end
+
+    def _shed_oldest(self, record: RequestRecord, count: int, method: BoundMethod | None) -> None:
+        oldest, record.blocks = record.blocks[:count], record.blocks[count:]
+        self.pool.release(reversed(oldest))
+        if method is BoundMethod.offload:
+            self.stats.host_offloaded_blocks += count
+        else:
+            self.stats.recomputed_blocks += count
+
+    def _reuse(self, record: RequestRecord, claim: ClaimRecord, caching: bool) -> bool:
+        """A request returns to a claim's object. Offloaded claims are restored first (restore
+        before reuse); a failed restore ends in a claim-scoped refusal. False if refused."""
+        spec = record.spec
+        if claim.phase is Phase.offloaded:
+            if not self._restore(record, claim):
+                return False
+        satisfied = (
+            not record.restore_failed
+            and claim.phase in SATISFIABLE
+            and claim.leading >= claim.required
+            and (not claim.spec.two_key or (claim.phase is Phase.materialized and record.restored_checkpoint))
+        )
+        self._emit(
+            "request_reused",
+            {
+                "request_id": spec.request_id,
+                "claim_id": claim.spec.claim_id,
+                "cached_blocks": record.hit_blocks,
+                "predicate_satisfied": satisfied,
+            },
+        )
+        self._advance(claim, Event.reuse_satisfied if satisfied else Event.reuse_unsatisfied)
+        self._advance_request(record, RequestEvent.reuse)
+        return True
+
+    def _restore(self, record: RequestRecord, claim: ClaimRecord) -> bool:
+        """Bring an offloaded claim back before reuse: KV blocks from the host tier and, for a
+        two-key claim, the checkpoint through payload -> scratch -> live -> view."""
+        spec, claim_id = record.spec, claim.spec.claim_id
+        self._emit("resident_claim_restore_required", {"claim_id": claim_id, "request_id": spec.request_id})
+        self._advance(claim, Event.require_restore)
+        if claim.failing_restore is not None:
+            outcome, claim.failing_restore = claim.failing_restore, None
+            return self._restoration_failed(record, claim, outcome)
+        upto = min(claim.spec.footprint_blocks, spec.blocks)
+        missing = upto - record.hit_blocks
+        if missing > 0:
+            hashes = self._hashes(spec.object_id, upto)
+            self._store(self._allocate(missing, record), spec.object_id, record.hit_blocks, hashes)
+            record.hit_blocks = upto
+            self.stats.host_restored_blocks += missing
+        self._emit("resident_claim_restored", {"claim_id": claim_id, "request_id": spec.request_id})
+        self._advance(claim, Event.restore)
+        if claim.spec.two_key:
+            assert claim.checkpoint is not None and claim.recorded_value_hash is not None
+            result = restore(claim.checkpoint)
+            self._emit(
+                "resident_claim_checkpoint_restored",
+                {
+                    "claim_id": claim_id,
+                    "boundary": claim.checkpoint.boundary,
+                    "payload_hash": result.payload_hash,
+                    "value_hash": result.value_hash,
+                },
+            )
+            if not result.matches(claim.recorded_value_hash):
+                self._advance(claim, Event.restore_checkpoint_mismatch)
+                return self._restoration_failed(record, claim, self.policy.restoration_failure_outcome)
+            self._advance(claim, Event.restore_checkpoint_match)
+            record.restored_checkpoint = True
+        claim.host_copy = False
+        self._protect_present(claim)
+        return True
+
+    def _protect_present(self, claim: ClaimRecord) -> None:
+        """Re-pin a claim that is resident again (after a restore)."""
+        if claim.protection is not Protection.pin:
+            return
+        for position in range(min(self.pin_limit(claim), claim.spec.footprint_blocks)):
+            block = claim.block_at[position]
+            if block >= 0 and position not in claim.pinned:
+                self.pool.pin(block)
+                claim.pinned.append(position)
+
+    def _restoration_failed(
+        self, record: RequestRecord, claim: ClaimRecord, outcome: RestorationOutcome
+    ) -> bool:
+        """A claim-scoped failure outcome. A refusal outcome refuses the request naming exactly
+        this claim; any other outcome ends the claim's responsibility and the request runs as
+        an ordinary, unsatisfied reuse (never counted as a restoration)."""
+        spec, claim_id = record.spec, claim.spec.claim_id
+        self._emit(
+            "resident_claim_restoration_failed",
+            {"claim_id": claim_id, "request_id": spec.request_id, "outcome": outcome.value},
+        )
+        self._advance(claim, _RESTORATION_EVENT[outcome])
+        record.restore_failed = True  # nothing later in this request may count as a restoration
+        if outcome is not RestorationOutcome.refusal:
+            self._end_protection(claim)
+            return True
+        proof = CapacityProof.measure(len(claim.pinned), spec.blocks, self.pool.usable)
+        self._emit(
+            "active_request_refused",
+            {
+                "request_id": spec.request_id,
+                "reason": ConflictReason.restoration_failed.value,
+                "blocking_claim_ids": [claim_id],
+                **self._proof_fields(proof),
+            },
+        )
+        self._advance(claim, Event.block)
+        self._advance_request(record, RequestEvent.refuse_restoration)
+        self._finish(record, "refused")
+        record.outcome = RequestOutcome.refused
+        return False
+
+    def finish_request(self, request_id: str, status: str = "finished") -> None:
+        """A running request completes: its blocks are freed tail first (or TTL-pinned)."""
+        record = self.requests.get(request_id)
+        if record is None or record.phase is not RequestPhase.admitted:
+            raise InputError(
+                [Problem(self.header["source"], f"request {request_id!r} is not running", field="request_id")]
+            )
+        self._finish(record, status)
+
+    def run_request(self, spec: RequestSpec) -> RequestOutcome:
+        """Submit a request and, if admitted, let it finish at once."""
+        outcome = self.submit_request(spec)
+        if (
+            outcome is RequestOutcome.admitted
+            and self.requests[spec.request_id].phase is RequestPhase.admitted
+        ):
+            self.finish_request(spec.request_id)
+        return outcome
+
+    def _finish(self, record: RequestRecord, status: str) -> None:
+        spec, pool = record.spec, self.pool
+        if record in self._pending:
+            self._pending.remove(record)
+        ttl = self.policy.ttl_pin_steps
+        if ttl and spec.job_id is not None and not spec.last_turn and status == "finished":
+            for block in record.blocks:
+                pool.pin(block)
+            pool.release(reversed(record.blocks))
+            self._ttl_pins[spec.job_id] = (self.step + ttl, record.blocks)
+            pinned = sum(len(blocks) for _, blocks in self._ttl_pins.values())
+            self.stats.ttl_pinned_blocks_peak = max(self.stats.ttl_pinned_blocks_peak, pinned)
+        else:
+            pool.release(reversed(record.blocks))
+        record.blocks = []
+        self._emit("request_finished", {"request_id": spec.request_id, "status": status})
+        self._advance_request(record, RequestEvent.finish)
+
+    def _drop_ttl_pin(self, job_id: str) -> None:
+        _, blocks = self._ttl_pins.pop(job_id)
+        for block in reversed(blocks):
+            self.pool.unpin(block)
+
+    # ------------------------------------------------------------------ time
+
+    def tick(self, steps: int = 1) -> None:
+        """Advance the clock: claims expire, TTL pins lapse, waiting requests are retried."""
+        for _ in range(steps):
+            self.step += 1
+            self._expire_due()
+            for job_id in [j for j, (until, _) in self._ttl_pins.items() if until <= self.step]:
+                self._drop_ttl_pin(job_id)
+                self.stats.ttl_pins_expired += 1
+            for record in list(self._pending):
+                outcome = self._schedule(record)
+                if outcome is RequestOutcome.waiting:
+                    record.waited_steps += 1
+                    self.stats.waiting_request_steps += 1
+                elif record.phase is RequestPhase.admitted:
+                    self._admitted_by_clock.append(record.spec.request_id)
+
+    def newly_admitted(self) -> list[str]:
+        """Requests a tick admitted (from the waiting or deferred queue) since the last call;
+        they are running and the driver decides when they finish."""
+        admitted, self._admitted_by_clock = self._admitted_by_clock, []
+        return admitted
+
+    @property
+    def pending(self) -> tuple[str, ...]:
+        """Ids of requests waiting or deferred, in FCFS order."""
+        return tuple(r.spec.request_id for r in self._pending)
+
+    # ------------------------------------------------------------------ faults
+
+    def inject_fault(
+        self,
+        kind: FaultKind,
+        claim_id: str,
+        *,
+        position: int | None = None,
+        outcome: RestorationOutcome | None = None,
+    ) -> None:
+        """Inject a fault naming a claim; it is reported before its effects."""
+        claim = self._claim(claim_id)
+        block = -1
+        if kind is FaultKind.invalid_kv_load:
+            present = [p for p, b in enumerate(claim.block_at) if b >= 0]
+            position = position if position is not None else (present[0] if present else None)
+            if position is None or position >= len(claim.block_at) or claim.block_at[position] < 0:
+                raise self._bad_fault(kind, claim_id, "the claim has no cached block there")
+            block = claim.block_at[position]
+        elif kind is FaultKind.restore_failure and claim.phase is not Phase.offloaded:
+            raise self._bad_fault(kind, claim_id, f"the claim is {claim.phase}, not offloaded")
+        elif kind is FaultKind.checkpoint_in_place_mutation and claim.checkpoint is None:
+            raise self._bad_fault(kind, claim_id, "the claim has no two-key checkpoint")
+        if kind is FaultKind.invalid_kv_load:
+            self._invalidate(block)
+            return
+        self._emit("fault_injected", {"kind": kind.value, "claim_id": claim_id})
+        claim.faults += 1
+        if kind is FaultKind.restore_failure:
+            claim.failing_restore = outcome or self.policy.restoration_failure_outcome
+        else:
+            assert claim.checkpoint is not None
+            claim.checkpoint.mutate_layout_in_place()
+
+    def _bad_fault(self, kind: FaultKind, claim_id: str, why: str) -> InputError:
+        return InputError(
+            [Problem(self.header["source"], f"cannot inject {kind} into {claim_id}: {why}", field="fault")]
+        )
+
+    def _invalidate(self, block: int) -> None:
+        """A failed load drops the block's hash even if pinned (that is harm when it breaks an
+        accepted preserving claim, and it is reported as such)."""
+        pool = self.pool
+        object_id, position = pool.object_of[block], pool.position_of[block]
+        tagged = [
+            c
+            for c in self._claims_on.get(object_id or "", ())
+            if position < c.spec.footprint_blocks and c.block_at[position] == block
+        ]
+        for claim in tagged:  # one fault, reported to every claim whose block it hits
+            self._emit(
+                "fault_injected", {"kind": FaultKind.invalid_kv_load.value, "claim_id": claim.spec.claim_id}
+            )
+            claim.faults += 1
+        for claim in tagged:
+            self._emit(
+                "block_removed",
+                {
+                    "block_id": block,
+                    "block_hash": pool.hash_of[block],
+                    "claim_id": claim.spec.claim_id,
+                    "position": position,
+                },
+            )
+        pool.drop_hash(block)
+        for claim in tagged:
+            if position in claim.pinned:
+                pool.unpin(block)
+            self._lose(claim, position)
+
+    # ------------------------------------------------------------------ end
+
+    def close(self) -> None:
+        """Check that no claim still owes an event (a harm report or a failure outcome)."""
+        for claim in self.claims.values():
+            owed = at_end(claim.phase)
+            if owed is not None:
+                raise LifecycleBug(f"claim {claim.spec.claim_id}: {owed.message}")

@@ -1,0 +1,470 @@
+"""Hypothesis state machines over the MicroRuntime, for kvclaims' CI and for runtime authors.
+
+`MicroRuntimeMachine` drives a MicroRuntime with rules that only generate legal successors
+(submit / accept / reject through the policy, materialize, active requests, eviction pressure,
+demote, expire, offload, restore, failed restores, checkpoint corruption, reuse, release) and
+checks, after every step, invariants named after the property they guard:
+
+- `block_conservation`: free + resident + active = usable, from a recount of the pool;
+- `no_unreported_predicate_loss`: a claim the runtime still calls materialized really has its
+  leading prefix in the pool (an accepted hard claim never loses its predicate silently);
+- `blocking_ids_name_holding_hard_claims`: refusals and deferrals for capacity name only
+  accepted claims with a preservation obligation that hold blocks;
+- `no_harm_after_release`: no harm is reported for a claim after its release;
+- `capacity_proof_arithmetic`: every refusal's and deferral's numbers add up against the pool;
+- `victim_exclusion_before_violation`: a preserving claim is harmed only after an injected fault
+  (the runtime itself never evicts a protected block);
+- `emitted_trace_accepted`: every event so far replays through the lifecycle and request
+  machines (`kvclaims.statemachine.replay`).
+
+Subclass it to fuzz your own runtime: set `runtime_class` (a `MicroRuntime` subclass) and/or
+`policy`. Coverage of lifecycle phases and transitions accumulates on the class, so a test can
+assert that a profile reached every phase. The `ci` settings profile is deterministic.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from itertools import count
+from typing import Any, ClassVar
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from kvclaims.spec.tables import PRESERVING_MODES
+from kvclaims.spec.trace import RestorationOutcome
+from kvclaims.spec.vocabulary import ProtectionMode
+from kvclaims.statemachine.arbiter import capacity_proof_holds
+from kvclaims.statemachine.inputs import ClaimSpec, RequestKind, RequestSpec
+from kvclaims.statemachine.lifecycle import Event, Phase
+from kvclaims.statemachine.policies import POLICIES, Policy
+from kvclaims.statemachine.replay import ReplayViolation, TraceReplay
+from kvclaims.statemachine.requests import RequestPhase
+from kvclaims.statemachine.runtime import ClaimRecord, FaultKind, MicroRuntime
+from kvclaims.statemachine.tracing import TraceBuffer
+
+settings.register_profile(
+    "ci",
+    max_examples=600,
+    stateful_step_count=50,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    print_blob=False,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+"""Deterministic and bounded: kvclaims' own CI runs this profile."""
+
+OBJECTS: dict[str, int] = {"doc-a": 4, "doc-b": 8, "doc-c": 12, "doc-d": 20}
+"""Reusable prefix objects the machine's claims and requests name (length in blocks)."""
+
+CLAIM_MODES = tuple(ProtectionMode)
+
+
+class InvariantBroken(AssertionError):
+    """An invariant of the contract failed; the message starts with the invariant's name."""
+
+
+@dataclass
+class Coverage:
+    """Lifecycle phases and transitions a machine's runtimes reached, across examples."""
+
+    phases: set[Phase] = field(default_factory=set)
+    transitions: set[tuple[Phase, Event, Phase]] = field(default_factory=set)
+    examples: int = 0
+    steps: int = 0
+    events: int = 0
+
+    def absorb(self, runtime: MicroRuntime, steps: int) -> None:
+        self.phases |= runtime.phases_reached
+        self.transitions |= runtime.transitions_taken
+        self.examples += 1
+        self.steps += steps
+        self.events += runtime.events_emitted
+
+
+class MicroRuntimeMachine(RuleBasedStateMachine):
+    """Fuzz a MicroRuntime. Override `runtime_class`, `policy` or `usable_blocks` to fuzz a
+    variant; `coverage` (per class) records what the examples reached."""
+
+    runtime_class: ClassVar[Callable[..., MicroRuntime]] = MicroRuntime
+    policy: ClassVar[Policy] = POLICIES["full_arbiter"]
+    usable_blocks: ClassVar[int] = 48
+    coverage: ClassVar[Coverage] = Coverage()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.buffer = TraceBuffer()
+        self.runtime = type(self).runtime_class(
+            self.usable_blocks, policy=self.policy, sink=self.buffer.append, source="kvclaims-fuzz"
+        )
+        for object_id, blocks in OBJECTS.items():
+            self.runtime.register_object(object_id, blocks)
+        self.replay = TraceReplay.from_header(self.runtime.header)
+        self.findings: dict[str, list[str]] = {}
+        self.released: set[str] = set()
+        self.faulted: set[str] = set()
+        self._seen = 0
+        self._ids = count()
+        self._steps = 0
+
+    # ------------------------------------------------------------------ helpers
+
+    def _next(self, prefix: str) -> str:
+        return f"{prefix}{next(self._ids)}"
+
+    def _claims(self, predicate: Callable[[ClaimRecord], bool]) -> list[ClaimRecord]:
+        return [c for c in self.runtime.claims.values() if predicate(c)]
+
+    def _allowing(self, event: Event) -> list[ClaimRecord]:
+        return self._claims(lambda c: self.runtime.allows(c.spec.claim_id, event))
+
+    @staticmethod
+    def _pick(candidates: list[ClaimRecord], index: int) -> ClaimRecord:
+        return candidates[index % len(candidates)]
+
+    def _run(self, spec: RequestSpec, *, hold: bool = False) -> None:
+        self.runtime.submit_request(spec)
+        if not hold and self.runtime.requests[spec.request_id].phase is RequestPhase.admitted:
+            self.runtime.finish_request(spec.request_id)
+
+    def _finding(self, invariant_name: str, message: str) -> None:
+        self.findings.setdefault(invariant_name, []).append(message)
+
+    def _check(self, invariant_name: str) -> None:
+        self._observe()
+        found = self.findings.get(invariant_name)
+        if found:
+            raise InvariantBroken(f"{invariant_name}: {found[0]}")
+
+    def _observe(self) -> None:
+        """Feed new events to the replay and to the trace-level invariants, once each."""
+        events = self.buffer.events
+        usable = self.runtime.pool.usable
+        while self._seen < len(events):
+            event = events[self._seen]
+            self._seen += 1
+            name, claim_id = event["event"], event.get("claim_id")
+            if name == "fault_injected" and claim_id:
+                self.faulted.add(claim_id)
+            if name == "resident_claim_released":
+                self.released.add(claim_id)
+            harmed = name == "resident_claim_harmed" or (
+                name == "resident_claim_restoration_failed" and event["outcome"] == "harm"
+            )
+            if harmed and claim_id in self.released:
+                self._finding(
+                    "no_harm_after_release", f"{claim_id} harmed after its release (seq {event['seq']})"
+                )
+            if harmed and claim_id not in self.faulted:
+                self._finding(
+                    "victim_exclusion_before_violation",
+                    f"{claim_id} harmed with no fault injected (seq {event['seq']}): a protected block "
+                    "was a victim",
+                )
+            if name in ("active_request_refused", "active_request_deferred"):
+                self._conflict(event, usable)
+            try:
+                self.replay.feed(event)
+            except ReplayViolation as violation:
+                self._finding("emitted_trace_accepted", str(violation))
+
+    def _conflict(self, event: dict[str, Any], usable: int) -> None:
+        problem = capacity_proof_holds(event, usable)
+        if problem is not None:
+            self._finding("capacity_proof_arithmetic", f"seq {event['seq']}: {problem}")
+        if event["reason"] != "capacity":
+            return
+        for claim_id in event["blocking_claim_ids"]:
+            view = self.replay.claims.get(claim_id)
+            claim = self.runtime.claims.get(claim_id)
+            if claim is None or claim.spec.mode not in PRESERVING_MODES or view is None or not view.present:
+                self._finding(
+                    "blocking_ids_name_holding_hard_claims",
+                    f"seq {event['seq']} names {claim_id}: it holds no blocks under a preservation "
+                    "obligation",
+                )
+
+    # ------------------------------------------------------------------ rules
+
+    @rule(
+        mode=st.sampled_from(CLAIM_MODES),
+        object_id=st.sampled_from(sorted(OBJECTS)),
+        footprint_cut=st.integers(0, 3),
+        required_cut=st.integers(0, 3),
+        two_key=st.booleans(),
+        duration=st.integers(1, 5),
+    )
+    def submit_claim(
+        self,
+        mode: ProtectionMode,
+        object_id: str,
+        footprint_cut: int,
+        required_cut: int,
+        two_key: bool,
+        duration: int,
+    ) -> None:
+        """Submit a claim; the policy accepts or rejects it (both are legal successors)."""
+        footprint = max(1, OBJECTS[object_id] - footprint_cut)
+        required = max(1, footprint - required_cut)
+        spec = ClaimSpec(
+            self._next("claim-"),
+            object_id,
+            mode,
+            footprint,
+            required,
+            owner_scope=f"tenant-{footprint_cut}",
+            duration_steps=duration if mode is ProtectionMode.expiring else None,
+            two_key=two_key,
+        )
+        self.runtime.submit_claim(spec)
+
+    @rule(object_id=st.sampled_from(sorted(OBJECTS)), duration=st.integers(1, 5))
+    def submit_two_key_claim(self, object_id: str, duration: int) -> None:
+        """A hybrid two-key claim (seed 002): offloadable, with a checkpoint at its boundary."""
+        blocks = OBJECTS[object_id]
+        spec = ClaimSpec(
+            self._next("claim-"), object_id, ProtectionMode.offloadable, blocks, blocks, two_key=True
+        )
+        self.runtime.submit_claim(spec)
+
+    @precondition(lambda self: self._claims(lambda c: c.phase is Phase.accepted))
+    @rule(index=st.integers(0, 63))
+    def materialize(self, index: int) -> None:
+        """Compute an accepted claim's prefix so that it materializes."""
+        claim = self._pick(self._claims(lambda c: c.phase is Phase.accepted), index)
+        spec = RequestSpec(
+            self._next("prefill-"),
+            claim.spec.object_id,
+            claim.spec.footprint_blocks,
+            kind=RequestKind.resident,
+        )
+        self._run(spec)
+
+    @rule(object_id=st.sampled_from(sorted(OBJECTS)), cut=st.integers(0, 4))
+    def prefill(self, object_id: str, cut: int) -> None:
+        """Compute (part of) a prefix: claims on it materialize when their predicate holds."""
+        blocks = max(1, OBJECTS[object_id] - cut)
+        self._run(RequestSpec(self._next("prefill-"), object_id, blocks, kind=RequestKind.resident))
+
+    @rule(blocks=st.integers(1, 48), chunks=st.integers(1, 4), hold=st.booleans())
+    def active_request(self, blocks: int, chunks: int, hold: bool) -> None:
+        """Active pressure on the pool: evictions, or a conflict the arbiter must resolve."""
+        sizes = None
+        if chunks > 1 and blocks >= chunks:
+            base = blocks // chunks
+            sizes = (*([base] * (chunks - 1)), blocks - base * (chunks - 1))
+        request_id = self._next("active-")
+        self._run(RequestSpec(request_id, f"bulk-{request_id}", blocks, chunks=sizes), hold=hold)
+
+    @precondition(lambda self: any(r.phase is RequestPhase.admitted for r in self.runtime.requests.values()))
+    @rule()
+    def finish_running(self) -> None:
+        for request_id, record in list(self.runtime.requests.items()):
+            if record.phase is RequestPhase.admitted:
+                self.runtime.finish_request(request_id)
+
+    @precondition(
+        lambda self: self._claims(
+            lambda c: c.phase not in (Phase.absent, Phase.submitted, Phase.rejected, Phase.released)
+        )
+    )
+    @rule(index=st.integers(0, 63))
+    def reuse(self, index: int) -> None:
+        """A request returns to a claim's object (restoring it first if it was offloaded)."""
+        claim = self._pick(
+            self._claims(
+                lambda c: c.phase not in (Phase.absent, Phase.submitted, Phase.rejected, Phase.released)
+            ),
+            index,
+        )
+        blocks = OBJECTS[claim.spec.object_id]
+        self._run(
+            RequestSpec(self._next("reuse-"), claim.spec.object_id, blocks, reuse_claim=claim.spec.claim_id)
+        )
+
+    @precondition(lambda self: self._claims(lambda c: c.phase is Phase.offloaded))
+    @rule(index=st.integers(0, 63))
+    def restore_offloaded(self, index: int) -> None:
+        """Reuse an offloaded claim: restore before reuse (or a claim-scoped failure)."""
+        claim = self._pick(self._claims(lambda c: c.phase is Phase.offloaded), index)
+        spec = claim.spec
+        self._run(
+            RequestSpec(
+                self._next("reuse-"), spec.object_id, spec.footprint_blocks, reuse_claim=spec.claim_id
+            )
+        )
+
+    @precondition(lambda self: self._allowing(Event.demote))
+    @rule(index=st.integers(0, 63))
+    def demote(self, index: int) -> None:
+        self.runtime.demote(self._pick(self._allowing(Event.demote), index).spec.claim_id)
+
+    @precondition(lambda self: self._allowing(Event.release))
+    @rule(index=st.integers(0, 63))
+    def release(self, index: int) -> None:
+        self.runtime.release(self._pick(self._allowing(Event.release), index).spec.claim_id)
+
+    @precondition(lambda self: self._allowing(Event.offload))
+    @rule(index=st.integers(0, 63))
+    def offload(self, index: int) -> None:
+        self.runtime.offload(self._pick(self._allowing(Event.offload), index).spec.claim_id)
+
+    @rule(steps=st.integers(1, 3))
+    def tick(self, steps: int) -> None:
+        """Time passes: expiring claims expire, deferred and waiting requests retry."""
+        self.runtime.tick(steps)
+
+    @precondition(lambda self: self._claims(lambda c: any(b >= 0 for b in c.block_at)))
+    @rule(index=st.integers(0, 63))
+    def fail_kv_load(self, index: int) -> None:
+        """An invalid KV load drops a cached block, even a pinned one (harm if it breaks a
+        preserving claim's predicate: the runtime must report it)."""
+        claim = self._pick(self._claims(lambda c: any(b >= 0 for b in c.block_at)), index)
+        self.runtime.inject_fault(FaultKind.invalid_kv_load, claim.spec.claim_id)
+
+    @precondition(lambda self: self._claims(lambda c: c.phase is Phase.offloaded))
+    @rule(index=st.integers(0, 63), outcome=st.sampled_from(tuple(RestorationOutcome)))
+    def fail_restore(self, index: int, outcome: RestorationOutcome) -> None:
+        """The next restore of an offloaded claim fails with this claim-scoped outcome."""
+        claim = self._pick(self._claims(lambda c: c.phase is Phase.offloaded), index)
+        if outcome is RestorationOutcome.harm and not claim.profile.preserving:
+            outcome = RestorationOutcome.refusal
+        self.runtime.inject_fault(FaultKind.restore_failure, claim.spec.claim_id, outcome=outcome)
+
+    @precondition(lambda self: self._claims(lambda c: c.checkpoint is not None))
+    @rule(index=st.integers(0, 63))
+    def corrupt_checkpoint(self, index: int) -> None:
+        """Seed 002's bug: a two-key checkpoint's meaning changes in place, bytes unchanged."""
+        claim = self._pick(self._claims(lambda c: c.checkpoint is not None), index)
+        self.runtime.inject_fault(FaultKind.checkpoint_in_place_mutation, claim.spec.claim_id)
+
+    # ------------------------------------------------------------------ invariants
+
+    @invariant()
+    def block_conservation(self) -> None:
+        census = self.runtime.pool.census()
+        if not census.conserved:
+            raise InvariantBroken(f"block_conservation: {census}")
+
+    @invariant()
+    def no_unreported_predicate_loss(self) -> None:
+        for claim in self._claims(lambda c: c.phase is Phase.materialized):
+            _, leading = self.runtime.residency(claim.spec.object_id, claim.spec.footprint_blocks)
+            if leading < claim.required:
+                raise InvariantBroken(
+                    f"no_unreported_predicate_loss: {claim.spec.claim_id} is materialized, its pool prefix "
+                    f"has {leading} leading blocks of {claim.required}"
+                )
+
+    @invariant()
+    def blocking_ids_name_holding_hard_claims(self) -> None:
+        self._check("blocking_ids_name_holding_hard_claims")
+
+    @invariant()
+    def no_harm_after_release(self) -> None:
+        self._check("no_harm_after_release")
+
+    @invariant()
+    def capacity_proof_arithmetic(self) -> None:
+        self._check("capacity_proof_arithmetic")
+
+    @invariant()
+    def victim_exclusion_before_violation(self) -> None:
+        self._check("victim_exclusion_before_violation")
+
+    @invariant()
+    def emitted_trace_accepted(self) -> None:
+        self._check("emitted_trace_accepted")
+        self._steps += 1
+
+    def teardown(self) -> None:
+        self._observe()
+        try:
+            self.replay.finish()
+            self.runtime.close()
+        finally:
+            type(self).coverage.absorb(self.runtime, self._steps)
+
+
+def fresh_machine(
+    base: type[MicroRuntimeMachine] = MicroRuntimeMachine, **overrides: Any
+) -> type[MicroRuntimeMachine]:
+    """A subclass of `base` with its own empty coverage (and any class attributes replaced)."""
+    return type(f"{base.__name__}Run", (base,), {"coverage": Coverage(), **overrides})
+
+
+def run_machine(machine: type[MicroRuntimeMachine], run_settings: settings) -> Coverage:
+    """Run a machine under `run_settings`; a broken invariant propagates (after shrinking)."""
+    run_state_machine_as_test(machine, settings=run_settings)
+    return machine.coverage
+
+
+@dataclass
+class FuzzReport:
+    """What a timed fuzzing run did: coverage, volume, and the first failure if any."""
+
+    coverage: Coverage
+    seconds: float
+    batches: int
+    failure: str | None = None
+
+
+def fuzz(
+    machine: type[MicroRuntimeMachine],
+    *,
+    seconds: float,
+    batch_examples: int = 50,
+    on_batch: Callable[[FuzzReport], None] | None = None,
+) -> FuzzReport:
+    """Run random (not derandomized) batches of `machine` until `seconds` have passed or an
+    invariant breaks; Hypothesis shrinks the failure and prints the minimal rule sequence."""
+    batch_settings = settings(
+        max_examples=batch_examples,
+        stateful_step_count=50,
+        deadline=None,
+        database=None,
+        derandomize=False,
+        print_blob=False,
+        suppress_health_check=list(HealthCheck),
+    )
+    start = time.monotonic()
+    report = FuzzReport(machine.coverage, 0.0, 0)
+    while report.seconds < seconds and report.failure is None:
+        try:
+            run_state_machine_as_test(machine, settings=batch_settings)
+        except Exception as failure:  # any crash of the runtime under test is a finding
+            report.failure = f"{type(failure).__name__}: {failure}"
+        report.batches += 1
+        report.seconds = time.monotonic() - start
+        if on_batch is not None:
+            on_batch(report)
+    return report
+
+
+class OffByOneVictimExclusion(MicroRuntime):
+    """A planted bug for the fuzzer's self-test: victim exclusion protects one block fewer than
+    the claim's footprint, so a hard claim's tail block can be evicted."""
+
+    def pin_limit(self, claim: ClaimRecord) -> int:
+        return max(0, claim.protected_blocks - 1)
+
+
+class PlantedBugMachine(MicroRuntimeMachine):
+    """The machine over the planted-bug runtime: the CI profile must find the violation."""
+
+    runtime_class = OffByOneVictimExclusion
+    coverage = Coverage()
+
+
+TestMicroRuntime = MicroRuntimeMachine.TestCase
+"""For users: `from kvclaims.statemachine.testing import TestMicroRuntime` runs under pytest."""

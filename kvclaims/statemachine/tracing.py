@@ -1,0 +1,115 @@
+"""Where the MicroRuntime's trace v1 events go: memory, an NDJSON file, or a counter.
+
+The runtime builds each event as a plain dict with a strictly increasing `seq` and hands it to
+a sink (any callable taking the dict). No pydantic model is built on this path: that costs
+more than the simulation itself. The tests validate every scenario trace line by line against
+`kvclaims.spec.trace` (`TraceHeader` and `TraceEvent`), so the dicts cannot drift from the
+format.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import msgspec
+
+from kvclaims.spec.errors import InputError, Problem
+from kvclaims.spec.trace import TRACE_FORMAT_VERSION
+
+TraceSink = Callable[[dict[str, Any]], object]
+"""Receives each event dict once, in `seq` order."""
+
+_ENCODER = msgspec.json.Encoder()
+
+
+def trace_header(usable_blocks: int, block_size: int, source: str) -> dict[str, Any]:
+    """Line 1 of a MicroRuntime trace: the pool every capacity proof refers to."""
+    return {
+        "kvclaims_trace": TRACE_FORMAT_VERSION,
+        "source": source,
+        "usable_blocks": usable_blocks,
+        "block_size": block_size,
+    }
+
+
+class TraceBuffer:
+    """Keeps every event in memory; `append` is the sink."""
+
+    __slots__ = ("append", "events")
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.append = self.events.append
+
+    def counts(self) -> Counter[str]:
+        return Counter(event["event"] for event in self.events)
+
+
+class EventCounter:
+    """Counts events by type and keeps nothing else (long benchmark runs)."""
+
+    __slots__ = ("counts",)
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        self.counts[event["event"]] += 1
+
+
+class NdjsonTraceWriter:
+    """Streams a trace to `path`: the header now, each event as it arrives. Lines are encoded
+    into one growing buffer and written in large chunks."""
+
+    FLUSH_BYTES = 1 << 20
+
+    def __init__(self, path: Path, header: dict[str, Any]) -> None:
+        self.path = path
+        self._file: IO[bytes] = path.open("wb")
+        self._buffer = bytearray()
+        self(header)
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        buffer = self._buffer
+        _ENCODER.encode_into(event, buffer, -1)
+        buffer.append(10)  # newline
+        if len(buffer) >= self.FLUSH_BYTES:
+            self._file.write(buffer)
+            buffer.clear()
+
+    def close(self) -> None:
+        self._file.write(self._buffer)
+        self._buffer.clear()
+        self._file.close()
+
+    def __enter__(self) -> NdjsonTraceWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def write_trace(path: Path, header: dict[str, Any], events: Iterable[dict[str, Any]]) -> Path:
+    """Write a whole trace as NDJSON (header line, then one line per event)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with NdjsonTraceWriter(path, header) as writer:
+        for event in events:
+            writer(event)
+    return path
+
+
+def read_trace_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, decoded object) for every line of an NDJSON trace; bad JSON is an
+    `InputError` naming the line."""
+    with path.open("rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            try:
+                decoded = msgspec.json.decode(line)
+            except msgspec.DecodeError as error:
+                raise InputError([Problem(str(path), f"not JSON: {error}", line=number)]) from None
+            if not isinstance(decoded, dict):
+                raise InputError([Problem(str(path), "a trace line must be a JSON object", line=number)])
+            yield number, decoded

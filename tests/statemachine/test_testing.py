@@ -1,0 +1,79 @@
+"""The exported state machines: the CI profile reaches every lifecycle phase with every
+invariant holding, finds the planted bug, and its traces are accepted by refinement."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+from hypothesis import settings
+
+from kvclaims.refinement import check_trace
+from kvclaims.spec.vocabulary import ProtectionMode
+from kvclaims.statemachine.lifecycle import Phase
+from kvclaims.statemachine.testing import (
+    Coverage,
+    InvariantBroken,
+    MicroRuntimeMachine,
+    PlantedBugMachine,
+    fresh_machine,
+    run_machine,
+)
+from kvclaims.statemachine.tracing import write_trace
+
+CI = settings.get_profile("ci")
+
+
+@pytest.mark.slow
+def test_ci_profile_reaches_every_lifecycle_phase_with_all_invariants_holding() -> None:
+    coverage = run_machine(fresh_machine(), CI)
+    assert coverage.phases == set(Phase), f"missed: {set(Phase) - coverage.phases}"
+    assert coverage.examples >= CI.max_examples
+
+
+@pytest.mark.slow
+def test_ci_profile_finds_the_planted_victim_exclusion_bug() -> None:
+    with pytest.raises(InvariantBroken, match=r"^victim_exclusion_before_violation"):
+        run_machine(fresh_machine(PlantedBugMachine), CI)
+
+
+def test_the_planted_bug_really_is_off_by_one() -> None:
+    """The same rules over the correct runtime pin the whole footprint; the bug pins one less."""
+    correct, buggy = MicroRuntimeMachine(), PlantedBugMachine()
+    for machine in (correct, buggy):
+        machine.submit_claim(
+            mode=ProtectionMode.hard_protected,
+            object_id="doc-b",
+            footprint_cut=0,
+            required_cut=0,
+            two_key=False,
+            duration=1,
+        )
+        machine.materialize(index=0)
+    assert correct.runtime.pool.census().pinned == 8
+    assert buggy.runtime.pool.census().pinned == 7
+
+
+class RefinementCheckedMachine(MicroRuntimeMachine):
+    """Every example's whole trace also goes through `kvclaims.refinement.check_trace`."""
+
+    coverage = Coverage()
+    trace_dir: ClassVar[Path]
+    verdicts: ClassVar[list[str]] = []
+
+    def teardown(self) -> None:
+        super().teardown()
+        path = self.trace_dir / f"example-{len(self.verdicts)}.ndjson"
+        verdict = check_trace(write_trace(path, self.runtime.header, self.buffer.events))
+        type(self).verdicts.append(verdict.outcome.value)
+        # a trace with no event at all (only ticks happened) has nothing to accept
+        expected = "accepted" if self.buffer.events else "inconclusive"
+        assert verdict.outcome.value == expected, verdict.counterexample or verdict.finding
+
+
+def test_machine_traces_are_accepted_by_refinement(tmp_path: Path) -> None:
+    RefinementCheckedMachine.trace_dir = tmp_path
+    RefinementCheckedMachine.verdicts = []
+    run_machine(RefinementCheckedMachine, settings(CI, max_examples=60))
+    assert RefinementCheckedMachine.verdicts.count("accepted") >= 50
