@@ -787,6 +787,13 @@ class Checker:
         claim.pending[request_id] = self._line
         request.note_restoring(claim.claim_id, self._line)
 
+    def _missing_pending(self, claim: _Claim, request_id: str, event: Event, what: str) -> None:
+        """An outcome with no pending restore_required of its claim and request. The lifecycle
+        judges first, since it names the sharper rule when the claim is not restoring at all;
+        if it allows the event, the outcome is for a request that never required it."""
+        self._advance(claim, event)
+        self._take_pending(claim, request_id, what)
+
     def _take_pending(self, claim: _Claim, request_id: str, what: str) -> int:
         line = claim.pending.pop(request_id, None) if claim.pending else None
         if line is None:
@@ -806,8 +813,7 @@ class Checker:
         claim = self._claim(ev.claim_id)
         request_id = ev.request_id
         if request_id not in claim.pending:
-            self._advance(claim, Event.restore)  # the lifecycle names the better rule if it can
-            self._take_pending(claim, request_id, "restored")
+            self._missing_pending(claim, request_id, Event.restore, "restored")
         self._advance(claim, Event.restore)
         if claim.profile.two_key:
             return  # the KV side is back; the pending restoration resolves on the checkpoint
@@ -825,8 +831,7 @@ class Checker:
         claim = self._claim(ev.claim_id)
         request_id = ev.request_id
         if request_id not in claim.pending:
-            self._advance(claim, _FAILURE_EVENT[ev.outcome])
-            self._take_pending(claim, request_id, "restoration_failed")
+            self._missing_pending(claim, request_id, _FAILURE_EVENT[ev.outcome], "restoration_failed")
         required_line = claim.pending[request_id]
         self._advance(claim, _FAILURE_EVENT[ev.outcome])
         self._take_pending(claim, request_id, "restoration_failed")
