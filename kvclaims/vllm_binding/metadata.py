@@ -1,0 +1,238 @@
+"""Per-request claim metadata: flat `kvclaims_*` keys, parsed fail-closed and total.
+
+Claims travel with requests, never in process-wide settings: offline in
+`SamplingParams.extra_args`, over HTTP in the request's `vllm_xargs` (which vLLM restricts to
+flat scalars and lists, hence flat keys). Every value here is client-controlled, so
+`parse_claim_metadata` is a total function: any input (wrong types, unknown keys or modes,
+negative or astronomically large numbers, a megabyte of claim id) yields either a
+`ClaimRequest` or a `MetadataRejection` whose reason never echoes unbounded input. The request
+itself is always served; only the claim operation is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+
+from pydantic import ValidationError
+
+from kvclaims.spec.claims import CacheIdentity, LeadingPrefixAtLeast, ResidentClaimInput
+from kvclaims.spec.tables import MAX_IDENTIFIER_LENGTH
+from kvclaims.spec.vocabulary import ProtectionMode
+
+KEY_PREFIX = "kvclaims_"
+
+MAX_CLAIM_NUMBER = 2**31 - 1
+"""Bound on every numeric claim field before any arithmetic: larger is rejected outright."""
+
+
+class ClaimOp(StrEnum):
+    """What a request asks of a claim. `submit` creates one from the request's own prompt
+    prefix; `attach` declares the request a reuser of an existing claim of the same owner;
+    `release` / `demote` end or relax the owner's claim."""
+
+    submit = "submit"
+    attach = "attach"
+    release = "release"
+    demote = "demote"
+
+
+KEYS: Mapping[str, str] = MappingProxyType(
+    {
+        "kvclaims_op": "submit | attach | release | demote (default: submit when claim terms "
+        "are given, else attach)",
+        "kvclaims_claim_id": "the claim's identifier (required)",
+        "kvclaims_mode": "protection mode of a submitted claim",
+        "kvclaims_footprint_blocks": "leading prompt blocks the claim protects",
+        "kvclaims_predicate_blocks": "leading_prefix_at_least(k) in blocks (default: footprint)",
+        "kvclaims_predicate_tokens": "leading_prefix_at_least(k) in tokens",
+        "kvclaims_duration_steps": "engine steps after acceptance at which the claim expires",
+        "kvclaims_object_id": "the reusable prefix object's id (default: the claim id)",
+        "kvclaims_owner": "owner scope (trust: see docs/vllm-binding.md)",
+        "kvclaims_owner_token": "hex HMAC-SHA256 of the owner, when the engine requires one",
+    }
+)
+"""Every key the binding reads. Any other `kvclaims_*` key rejects the claim operation."""
+
+_TERM_KEYS = frozenset(
+    {
+        "kvclaims_mode",
+        "kvclaims_footprint_blocks",
+        "kvclaims_predicate_blocks",
+        "kvclaims_predicate_tokens",
+        "kvclaims_duration_steps",
+        "kvclaims_object_id",
+    }
+)
+
+
+@dataclass(frozen=True)
+class ClaimRequest:
+    """A well-typed claim operation; owner and terms are checked later against the engine."""
+
+    op: ClaimOp
+    claim_id: str
+    owner: str | None = None
+    owner_token: str | None = None
+    mode: ProtectionMode | None = None
+    footprint_blocks: int | None = None
+    predicate_blocks: int | None = None
+    predicate_tokens: int | None = None
+    duration_steps: int | None = None
+    object_id: str | None = None
+
+
+@dataclass(frozen=True)
+class MetadataRejection:
+    """Why a claim operation was refused. `claim_id` is set only when the request named a
+    usable identifier (a string of bounded length), so traces never carry hostile ids."""
+
+    reason: str
+    claim_id: str | None = None
+
+
+def shown(value: object, limit: int = 48) -> str:
+    """A bounded, printable rendering of client input for reasons and logs."""
+    if isinstance(value, str):
+        text = value if len(value) <= limit else f"{value[:limit]}... ({len(value)} characters)"
+        return repr(text)
+    name = type(value).__name__
+    if isinstance(value, (bool, int, float)) and len(repr(value)) <= limit:
+        return f"{name} {value!r}"
+    return name
+
+
+def usable_identifier(value: object) -> str | None:
+    """`value` if it is a non-empty string within MAX_IDENTIFIER_LENGTH, else None."""
+    if isinstance(value, str) and 0 < len(value) <= MAX_IDENTIFIER_LENGTH:
+        return value
+    return None
+
+
+def parse_claim_metadata(extra_args: object) -> ClaimRequest | MetadataRejection | None:
+    """The claim operation a request carries; None when it carries none (no `kvclaims_*` key)."""
+    if not isinstance(extra_args, Mapping):
+        return None
+    keys = [k for k in extra_args if isinstance(k, str) and k.startswith(KEY_PREFIX)]
+    if not keys:
+        return None
+    claim_id_value = extra_args.get("kvclaims_claim_id")
+    claim_id = usable_identifier(claim_id_value)
+
+    def reject(reason: str) -> MetadataRejection:
+        return MetadataRejection(reason=reason, claim_id=claim_id)
+
+    unknown = sorted(k for k in keys if k not in KEYS)
+    if unknown:
+        return reject(f"unknown claim metadata key {shown(unknown[0])}")
+    if claim_id is None:
+        if "kvclaims_claim_id" not in extra_args:
+            return reject("kvclaims_claim_id is required")
+        return reject(
+            f"kvclaims_claim_id must be a string of 1..{MAX_IDENTIFIER_LENGTH} characters, "
+            f"got {shown(claim_id_value)}"
+        )
+
+    fields: dict[str, object] = {}
+    for key in ("kvclaims_owner", "kvclaims_owner_token", "kvclaims_object_id"):
+        if key in extra_args:
+            value = extra_args[key]
+            if usable_identifier(value) is None:
+                return reject(
+                    f"{key} must be a string of 1..{MAX_IDENTIFIER_LENGTH} characters, got {shown(value)}"
+                )
+            fields[key.removeprefix(KEY_PREFIX)] = value
+    for key in (
+        "kvclaims_footprint_blocks",
+        "kvclaims_predicate_blocks",
+        "kvclaims_predicate_tokens",
+        "kvclaims_duration_steps",
+    ):
+        if key in extra_args:
+            value = extra_args[key]
+            if type(value) is not int:
+                return reject(f"{key} must be an integer, got {shown(value)}")
+            if not 1 <= value <= MAX_CLAIM_NUMBER:
+                return reject(f"{key} must be in 1..{MAX_CLAIM_NUMBER}, got {shown(value)}")
+            fields[key.removeprefix(KEY_PREFIX)] = value
+    if "kvclaims_mode" in extra_args:
+        value = extra_args["kvclaims_mode"]
+        if not isinstance(value, str) or value not in ProtectionMode.__members__:
+            return reject(f"unknown protection mode {shown(value)}")
+        fields["mode"] = ProtectionMode(value)
+
+    has_terms = any(k in extra_args for k in _TERM_KEYS)
+    op_value = extra_args.get("kvclaims_op", ClaimOp.submit.value if has_terms else ClaimOp.attach.value)
+    if not isinstance(op_value, str) or op_value not in ClaimOp.__members__:
+        return reject(f"unknown kvclaims_op {shown(op_value)}")
+    op = ClaimOp(op_value)
+    if op is not ClaimOp.submit and has_terms:
+        return reject(f"kvclaims_op {op} takes no claim terms")
+    if op is ClaimOp.submit:
+        if "mode" not in fields:
+            return reject("a submitted claim needs kvclaims_mode")
+        if "footprint_blocks" not in fields:
+            return reject("a submitted claim needs kvclaims_footprint_blocks")
+        if "predicate_blocks" in fields and "predicate_tokens" in fields:
+            return reject("give kvclaims_predicate_blocks or kvclaims_predicate_tokens, not both")
+    return ClaimRequest(op=op, claim_id=claim_id, **fields)  # type: ignore[arg-type]
+
+
+def owner_of(request: ClaimRequest, *, default_owner: str, hmac_key: str | None) -> str | MetadataRejection:
+    """The authenticated owner scope of a claim operation.
+
+    Without a key the owner field is taken as given (the deployment must make it trustworthy,
+    e.g. a gateway that overwrites it); with a key the request must carry the owner's HMAC.
+    """
+    if hmac_key is None:
+        return request.owner if request.owner is not None else default_owner
+    if request.owner is None or request.owner_token is None:
+        return MetadataRejection(
+            "this engine requires kvclaims_owner and kvclaims_owner_token", request.claim_id
+        )
+    if not hmac.compare_digest(owner_token(hmac_key, request.owner), request.owner_token):
+        return MetadataRejection(
+            "kvclaims_owner_token does not authenticate kvclaims_owner", request.claim_id
+        )
+    return request.owner
+
+
+def owner_token(hmac_key: str, owner: str) -> str:
+    """The token an authentication layer mints for `owner` (hex HMAC-SHA256)."""
+    return hmac.new(hmac_key.encode(), owner.encode(), hashlib.sha256).hexdigest()
+
+
+def claim_input(
+    request: ClaimRequest, *, owner: str, cache_identity: CacheIdentity
+) -> ResidentClaimInput | MetadataRejection:
+    """The spec-validated `ResidentClaimInput` of a submission (`op` must be submit)."""
+    if request.predicate_tokens is not None:
+        predicate = {"kind": "leading_prefix_at_least", "tokens": request.predicate_tokens}
+    else:
+        predicate = {
+            "kind": "leading_prefix_at_least",
+            "blocks": request.predicate_blocks or request.footprint_blocks,
+        }
+    try:
+        claim = ResidentClaimInput.model_validate(
+            {
+                "claim_id": request.claim_id,
+                "owner_scope": owner,
+                "cache_identity": cache_identity,
+                "object_id": request.object_id or request.claim_id,
+                "materialization_predicate": predicate,
+                "footprint_blocks": request.footprint_blocks,
+                "protection_mode": request.mode,
+                "duration_steps": request.duration_steps,
+            }
+        )
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "claim"
+        return MetadataRejection(f"invalid claim terms: {where}: {first['msg']}", request.claim_id)
+    assert isinstance(claim.materialization_predicate, LeadingPrefixAtLeast)
+    return claim

@@ -1,0 +1,285 @@
+"""The engine's claim registry: who holds which claim, what it protects, and what it costs.
+
+Pure bookkeeping (no vLLM import): a claim is identified by its prompt-prefix block hashes,
+its physical blocks are opaque handles the scheduler pins. The registry answers the questions
+the arbiter asks: may this claim be accepted (ids, owner scope, budgets), how many distinct
+blocks are protected, which of a request's leading blocks are shared with protected claims
+(and which of those are guaranteed resident), and which claims block a request.
+
+Invariants: a claim id is decided at most once (single-use ids); the protected-block index
+counts exactly the hashes of claims that are `protected` (preserving mode, accepted or
+materialized); the resident index counts exactly the pinned slots of protected claims;
+`version` changes whenever either index changes, so cached feasibility answers expire.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvclaims.spec.claims import ResidentClaimInput
+from kvclaims.spec.tables import PRESERVING_MODES
+from kvclaims.spec.vocabulary import ClaimState, ProtectionMode
+
+RESPONSIBLE_STATES = frozenset({ClaimState.accepted, ClaimState.materialized})
+"""States in which the runtime still answers for the claim's predicate."""
+
+SETTLED_STATES = frozenset({ClaimState.demoted, ClaimState.expired})
+"""States after responsibility ended but before release: loss is post-release loss."""
+
+
+@dataclass(eq=False)
+class ClaimRecord:
+    """One accepted claim and the physical blocks it holds, position by position.
+
+    `hashes[i]` is the request-level hash of prefix block i, `keys[i]` the cache key a block
+    carries while it holds that prefix; `slots[i]` is the block the claim holds at position i
+    (pinned while the claim is protected, only watched otherwise), or None.
+    """
+
+    claim: ResidentClaimInput
+    hashes: tuple[Any, ...]
+    keys: tuple[Any, ...]
+    source_request_id: str
+    accepted_step: int
+    required_blocks: int
+    state: ClaimState = ClaimState.accepted
+    slots: list[Any] = field(default_factory=list)
+    feeders: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        if not self.slots:
+            self.slots = [None] * len(self.hashes)
+        self.feeders.add(self.source_request_id)
+
+    @property
+    def claim_id(self) -> str:
+        return self.claim.claim_id
+
+    @property
+    def owner(self) -> str:
+        return self.claim.owner_scope
+
+    @property
+    def mode(self) -> ProtectionMode:
+        return self.claim.protection_mode
+
+    @property
+    def preserving(self) -> bool:
+        return self.mode in PRESERVING_MODES
+
+    @property
+    def responsible(self) -> bool:
+        return self.state in RESPONSIBLE_STATES
+
+    @property
+    def protected(self) -> bool:
+        """Its blocks are pinned and count against the pool: preserving and responsible."""
+        return self.preserving and self.responsible
+
+    @property
+    def expires_at_step(self) -> int | None:
+        duration = self.claim.duration_steps
+        return None if duration is None else self.accepted_step + duration
+
+    @property
+    def leading_blocks(self) -> int:
+        """Contiguous held positions from 0: the quantity the predicate is about."""
+        for position, block in enumerate(self.slots):
+            if block is None:
+                return position
+        return len(self.slots)
+
+    def held(self) -> Iterator[tuple[int, Any]]:
+        return ((p, b) for p, b in enumerate(self.slots) if b is not None)
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """A request's leading blocks shared with protected claims.
+
+    `credited` are shared blocks the request may count as already present (pinned now, or
+    about to be produced by this very request as a claim's source); `pending` are shared
+    blocks of claims not yet materialized, which the request would have to compute itself.
+    """
+
+    credited: frozenset[Any]
+    pending: int
+
+
+class ClaimRegistry:
+    """Claims by id, budgets, and the protected / resident block indexes."""
+
+    def __init__(
+        self,
+        *,
+        usable_blocks: int,
+        protected_fraction: float,
+        owner_protected_fraction: float,
+        max_claims: int,
+        max_decided_claim_ids: int,
+    ) -> None:
+        self.usable_blocks = usable_blocks
+        self.protected_cap = math.floor(protected_fraction * usable_blocks)
+        self.owner_protected_cap = math.floor(owner_protected_fraction * usable_blocks)
+        self.max_claims = max_claims
+        self.max_decided_claim_ids = max_decided_claim_ids
+        self.claims: dict[str, ClaimRecord] = {}
+        self._decided: set[str] = set()
+        self._protected: Counter[Any] = Counter()
+        self._owner_protected: dict[str, Counter[Any]] = {}
+        self._resident: Counter[Any] = Counter()
+        self._by_first_hash: dict[Any, list[ClaimRecord]] = {}
+        self.version = 0
+
+    # -- identity and budgets -------------------------------------------------------------
+
+    def is_decided(self, claim_id: str) -> bool:
+        return claim_id in self._decided
+
+    def decide(self, claim_id: str) -> None:
+        """Spend a claim id: it will never be decided again (DESIGN 4 rule 1)."""
+        self._decided.add(claim_id)
+
+    def admission_problem(self, owner: str, hashes: Sequence[Any], preserving: bool) -> str | None:
+        """Why a new claim of `owner` over `hashes` may not be accepted now, or None."""
+        if len(self._decided) >= self.max_decided_claim_ids:
+            return f"claim registry full: {self.max_decided_claim_ids} claim ids already decided"
+        if len(self.claims) >= self.max_claims:
+            return f"claim registry full: {self.max_claims} claims held"
+        if not preserving:
+            return None
+        new = set(hashes)
+        total = len(self._protected.keys() | new)
+        if total > self.protected_cap:
+            return (
+                f"protected-block budget: {total} distinct protected blocks would exceed the cap of "
+                f"{self.protected_cap} ({len(self._protected)} protected now)"
+            )
+        owned = self._owner_protected.get(owner, Counter())
+        owner_total = len(owned.keys() | new)
+        if owner_total > self.owner_protected_cap:
+            return (
+                f"owner budget: owner would protect {owner_total} distinct blocks, cap "
+                f"{self.owner_protected_cap} ({len(owned)} now)"
+            )
+        return None
+
+    def protected_blocks_with(self, hashes: Iterable[Any]) -> int:
+        """Distinct protected blocks if a claim over `hashes` were protected too."""
+        return len(self._protected.keys() | set(hashes))
+
+    # -- membership -----------------------------------------------------------------------
+
+    def add(self, record: ClaimRecord) -> None:
+        self.decide(record.claim_id)
+        self.claims[record.claim_id] = record
+        if record.hashes:
+            self._by_first_hash.setdefault(record.hashes[0], []).append(record)
+        if record.protected:
+            self._count(record, +1)
+
+    def retire(self, record: ClaimRecord) -> None:
+        """Forget a released or harmed claim (its id stays spent)."""
+        self.unprotect(record)
+        self.claims.pop(record.claim_id, None)
+        siblings = self._by_first_hash.get(record.hashes[0], [])
+        if record in siblings:
+            siblings.remove(record)
+            if not siblings:
+                del self._by_first_hash[record.hashes[0]]
+
+    def unprotect(self, record: ClaimRecord) -> None:
+        """Take a claim out of the protected indexes (call before leaving a protected state)."""
+        if record.protected:
+            for position, _ in record.held():
+                self.set_resident(record, position, False)
+            self._count(record, -1)
+
+    def set_resident(self, record: ClaimRecord, position: int, resident: bool) -> None:
+        """Record that a protected claim pinned (or lost) its block at `position`."""
+        key = record.hashes[position]
+        if resident:
+            self._resident[key] += 1
+        else:
+            self._resident[key] -= 1
+            if self._resident[key] <= 0:
+                del self._resident[key]
+        self.version += 1
+
+    def _count(self, record: ClaimRecord, delta: int) -> None:
+        owned = self._owner_protected.setdefault(record.owner, Counter())
+        for key in record.hashes:
+            for index in (self._protected, owned):
+                index[key] += delta
+                if index[key] <= 0:
+                    del index[key]
+        if not owned:
+            del self._owner_protected[record.owner]
+        self.version += 1
+
+    # -- capacity questions ---------------------------------------------------------------
+
+    @property
+    def protected_blocks(self) -> int:
+        """Distinct blocks protected claims reserve: the capacity proof's resident term."""
+        return len(self._protected)
+
+    def owner_protected_blocks(self, owner: str) -> int:
+        return len(self._owner_protected.get(owner, ()))
+
+    def protected(self) -> Iterator[ClaimRecord]:
+        return (r for r in self.claims.values() if r.protected)
+
+    def overlap(self, block_hashes: Sequence[Any], sourced: Collection[str]) -> Overlap:
+        """Leading blocks of a request shared with protected claims.
+
+        Prefix hashes chain (block i's hash covers every earlier token), so sharing is a
+        common leading prefix and the walk stops at the first unshared block. A shared block
+        is credited when some protected claim holds it pinned, or when the request is the
+        source of a protected claim over it (its own blocks become the claim's blocks).
+        """
+        if not self._protected:
+            return Overlap(frozenset(), 0)
+        credited: set[Any] = set()
+        pending = 0
+        sourced_hashes = self._sourced_hashes(block_hashes, sourced)
+        for key in block_hashes:
+            if key not in self._protected:
+                break
+            if key in self._resident or key in sourced_hashes:
+                credited.add(key)
+            else:
+                pending += 1
+        return Overlap(frozenset(credited), pending)
+
+    def _sourced_hashes(self, block_hashes: Sequence[Any], sourced: Collection[str]) -> frozenset[Any]:
+        if not sourced or not block_hashes:
+            return frozenset()
+        return frozenset(
+            key
+            for record in self._by_first_hash.get(block_hashes[0], ())
+            if record.claim_id in sourced and record.protected
+            for key in record.hashes
+        )
+
+    def blocking(self, credited: frozenset[Any]) -> list[ClaimRecord]:
+        """Protected claims that reserve at least one block the request cannot share."""
+        return sorted(
+            (r for r in self.protected() if any(k not in credited for k in r.hashes)),
+            key=lambda r: r.claim_id,
+        )
+
+    def freed_by(self, records: Iterable[ClaimRecord]) -> frozenset[Any]:
+        """Hashes that would stop being protected if `records` were all relaxed."""
+        removed: Counter[Any] = Counter()
+        for record in records:
+            removed.update(record.hashes)
+        return frozenset(k for k, n in removed.items() if self._protected.get(k, 0) <= n)
+
+    def with_blocks(self) -> list[ClaimRecord]:
+        """Claims holding or watching at least one physical block."""
+        return [r for r in self.claims.values() if any(b is not None for b in r.slots)]

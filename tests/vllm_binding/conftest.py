@@ -1,0 +1,40 @@
+"""vLLM-marked tests: run where vLLM 0.32 is installed, fail loudly where it is required.
+
+Tests that drive vLLM carry `@pytest.mark.vllm` and import vLLM-facing modules inside the test
+(never at module level), so this directory collects everywhere. Without vLLM they skip with
+an install hint, unless `KVCLAIMS_REQUIRE_VLLM=1` (set by `make test`, i.e. in CI): then
+every one of them fails, so a broken vLLM install can never pass as a skipped suite.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from kvclaims.vllm_binding.plugin import installed_vllm_version, unsupported_reason
+
+_REASON = unsupported_reason(installed_vllm_version())
+
+
+def vllm_missing_reason() -> str | None:
+    """Why vLLM-marked tests cannot run here, or None when they can."""
+    if _REASON is not None:
+        return _REASON
+    try:
+        import vllm.v1.core.sched.scheduler  # noqa: F401
+    except Exception as error:  # a broken install (e.g. CUDA torchvision on CPU torch)
+        return f"vLLM is installed but does not import: {type(error).__name__}: {error}"
+    return None
+
+
+@pytest.fixture(autouse=True)
+def _require_vllm(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("vllm") is None:
+        return
+    reason = vllm_missing_reason()
+    if reason is None:
+        return
+    if os.environ.get("KVCLAIMS_REQUIRE_VLLM") == "1":
+        pytest.fail(f"KVCLAIMS_REQUIRE_VLLM=1 but {reason}", pytrace=False)
+    pytest.skip(f"{reason} (run `make setup-vllm`)")

@@ -1,0 +1,63 @@
+"""The vllm.general_plugins entry point: declared, idempotent, version-gated, never raising."""
+
+from __future__ import annotations
+
+import logging
+from importlib.metadata import entry_points
+
+import pytest
+
+from kvclaims.vllm_binding import plugin
+from kvclaims.vllm_binding.plugin import SUPPORTED_VLLM_VERSIONS, UnsupportedVllmError, unsupported_reason
+
+
+def test_entry_point_is_declared() -> None:
+    found = [ep for ep in entry_points(group="vllm.general_plugins") if ep.value.startswith("kvclaims")]
+    assert [ep.value for ep in found] == ["kvclaims.vllm_binding.plugin:register"]
+    assert found[0].load() is plugin.register
+
+
+def test_reasons_for_missing_and_other_versions() -> None:
+    missing = unsupported_reason(None)
+    assert missing is not None and "not installed" in missing
+    other = unsupported_reason("0.33.0")
+    assert other is not None and "0.33.0" in other and SUPPORTED_VLLM_VERSIONS[0] in other
+    assert unsupported_reason(SUPPORTED_VLLM_VERSIONS[0]) is None
+
+
+def test_unsupported_vllm_registers_nothing_and_does_not_raise(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    calls: list[tuple[str, str, str]] = []
+    component = plugin.NamedComponent("x", "m", "C", lambda *a: calls.append(a))
+    monkeypatch.setattr(plugin, "NAMED_COMPONENTS", (component,))
+    monkeypatch.setattr(plugin, "_registered", False)
+    monkeypatch.setattr(plugin, "installed_vllm_version", lambda: "0.31.0")
+    with caplog.at_level(logging.ERROR, logger=plugin.__name__):
+        plugin.register()
+    assert calls == []
+    assert "supports vLLM" in caplog.text
+    with pytest.raises(UnsupportedVllmError, match=r"found 0\.31\.0"):
+        plugin.require_supported_vllm()
+
+
+def test_supported_vllm_registers_each_component_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[str, str, str]] = []
+    component = plugin.NamedComponent("x", "m", "C", lambda *a: calls.append(a))
+    monkeypatch.setattr(plugin, "NAMED_COMPONENTS", (component,))
+    monkeypatch.setattr(plugin, "_registered", False)
+    monkeypatch.setattr(plugin, "installed_vllm_version", lambda: SUPPORTED_VLLM_VERSIONS[0])
+    plugin.register()
+    plugin.register()  # vLLM may load plugins more than once per process
+    assert calls == [("x", "m", "C")]
+
+
+def test_binding_package_imports_without_touching_vllm() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import kvclaims.vllm_binding, kvclaims.vllm_binding.scenarios; "
+        "import kvclaims.cli; assert 'vllm' not in sys.modules, sorted(m for m in sys.modules if 'vllm' in m)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,0 +1,97 @@
+"""The trace writer: header first, validated events, one seq counter, writes on flush."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from kvclaims.refinement import check_trace
+from kvclaims.spec.claims import LeadingPrefixAtLeast
+from kvclaims.spec.trace import (
+    ActiveRequestAdmitted,
+    ActiveRequestRefused,
+    BlockRemoved,
+    RequestFinished,
+    ResidentClaimAccepted,
+    ResidentClaimHarmed,
+    TraceHeader,
+)
+from kvclaims.vllm_binding.telemetry import NullSink, TraceSink, encode_event
+
+HEADER = TraceHeader(kvclaims_trace=1, source="test", usable_blocks=10, block_size=16)
+
+
+def test_events_are_numbered_and_written_on_flush(tmp_path: Path) -> None:
+    path = tmp_path / "t.ndjson"
+    sink = TraceSink.open(path, HEADER)
+    sink.emit(ActiveRequestAdmitted, request_id="r", active_live_blocks=3)
+    assert len(path.read_text().splitlines()) == 1  # header only until flush
+    sink.emit(RequestFinished, request_id="r", status="length", engine_step=4)
+    sink.flush()
+    sink.close()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert lines[0]["kvclaims_trace"] == 1
+    assert [line["seq"] for line in lines[1:]] == [0, 1]
+    assert lines[2]["engine_step"] == 4  # extra context is kept
+    assert check_trace(path).outcome == "accepted"
+
+
+def test_an_invalid_event_never_reaches_the_file(tmp_path: Path) -> None:
+    sink = TraceSink.open(tmp_path / "t.ndjson", HEADER)
+    with pytest.raises(ValidationError):
+        sink.emit(ActiveRequestAdmitted, request_id="", active_live_blocks=-1)
+    assert sink.next_seq == 0
+
+
+def test_nothing_is_written_after_close(tmp_path: Path) -> None:
+    path = tmp_path / "t.ndjson"
+    sink = TraceSink.open(path, HEADER)
+    sink.close()
+    sink.emit(RequestFinished, request_id="r", status="x")
+    sink.flush()
+    assert len(path.read_text().splitlines()) == 1
+
+
+def test_the_null_sink_is_disabled() -> None:
+    sink = NullSink()
+    assert not sink.enabled
+    sink.emit(RequestFinished, request_id="r", status="x")
+    sink.close()
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        ActiveRequestAdmitted(seq=1, t_ns=2, request_id="r", active_live_blocks=3, engine_step=9),
+        RequestFinished(seq=1, t_ns=2, request_id="r", status="abort", stop_reason=None),
+        BlockRemoved(seq=1, t_ns=2, block_id=4, block_hash="ab", claim_id="c", position=0, cache_level=None),
+        ResidentClaimHarmed(seq=1, t_ns=2, claim_id="c", leading_blocks=1, required_blocks=4),
+        ActiveRequestRefused(
+            seq=1,
+            t_ns=2,
+            request_id="r",
+            reason="capacity",
+            blocking_claim_ids=["a", "b"],
+            protected_resident_blocks=60,
+            active_live_blocks_required=70,
+            resident_plus_active_blocks=130,
+            usable_blocks=80,
+            capacity_shortfall_blocks=50,
+        ),
+        ResidentClaimAccepted(
+            seq=1,
+            claim_id="c",
+            owner_scope="o",
+            object_id="c",
+            mode="hard_protected",
+            footprint_blocks=4,
+            predicate=LeadingPrefixAtLeast(blocks=4),
+            request_id="r",
+        ),
+    ],
+)
+def test_the_fast_encoding_is_pydantics_encoding(event: object) -> None:
+    assert encode_event(event).decode() == event.model_dump_json(exclude_none=True)  # type: ignore[attr-defined]
