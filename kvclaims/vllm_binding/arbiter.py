@@ -1,0 +1,858 @@
+"""The claim side of vLLM's scheduler: registry decisions, pins, feasibility, telemetry.
+
+One `ClaimArbiter` lives inside each binding scheduler (`kvclaims.vllm_binding.scheduler`),
+which calls it from vLLM's own entry points. It works on vLLM's real objects: requests
+(`block_hashes`, `num_computed_tokens`, ...), the block pool (`touch` / `free_blocks` for
+pins) and the request block tables; it never replaces or patches them.
+
+Semantics (DESIGN 2.1-2.2, 6):
+- A claim is submitted by a request over the first `footprint_blocks` full blocks of its own
+  prompt; its identity is those blocks' prefix hashes. Accepted claims of a preserving mode
+  reserve their blocks against the pool (the protected set) from acceptance on.
+- Materialization: after a model step, a claim pins each leading block its feeders (the
+  submitting request, and same-owner requests attached to it) have computed and cached;
+  `materialized` once the contiguous leading run meets the predicate. A pin is one extra
+  block reference (`BlockPool.touch`), never on the null block.
+- Loss: every step the arbiter checks that each held block still carries the claim's cache
+  key; a removal is reported as `block_removed` with claim id and position. A preserving
+  claim falling below its predicate while responsible is `harmed` (e.g. vLLM's invalid-load
+  `fail` path strips hashes even from pinned blocks); a best_effort claim is `lost`; after
+  demotion or expiry it is post-release loss, and the claim is released once nothing is left.
+- Feasibility: before vLLM sees a waiting request, protected blocks + the request's live need
+  (net of shared blocks guaranteed present) must fit the usable pool; otherwise the request is
+  admitted after demoting demotable claims, deferred (kept in its queue position) or refused
+  with `blocking_claim_ids` and the capacity proof, per the configured conflict actions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
+from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, FinishReason
+from vllm.v1.kv_cache_interface import FullAttentionSpec
+from vllm.v1.request import Request, RequestStatus
+
+from kvclaims.spec.claims import CacheIdentity, LeadingPrefixAtLeast
+from kvclaims.spec.tables import MAX_IDENTIFIER_LENGTH
+from kvclaims.spec.trace import (
+    ActiveRequestAdmitted,
+    ActiveRequestDeferred,
+    ActiveRequestRefused,
+    BlockRemoved,
+    BlockStored,
+    ConflictReason,
+    FaultInjected,
+    RequestFinished,
+    RequestReused,
+    ResidentClaimAccepted,
+    ResidentClaimDemoted,
+    ResidentClaimExpired,
+    ResidentClaimHarmed,
+    ResidentClaimLost,
+    ResidentClaimMaterialized,
+    ResidentClaimRejected,
+    ResidentClaimReleased,
+    ResidentClaimSubmitted,
+    TraceHeader,
+    _Event,
+)
+from kvclaims.spec.vocabulary import ClaimState, ProtectionMode
+from kvclaims.vllm_binding.capacity import CapacityProof, peak_live_blocks
+from kvclaims.vllm_binding.config import SUPPORTED_MODES, BindingConfig, ConflictAction
+from kvclaims.vllm_binding.metadata import (
+    ClaimOp,
+    ClaimRequest,
+    MetadataRejection,
+    claim_input,
+    owner_of,
+    parse_claim_metadata,
+    shown,
+)
+from kvclaims.vllm_binding.registry import (
+    RESPONSIBLE_STATES,
+    SETTLED_STATES,
+    ClaimRecord,
+    ClaimRegistry,
+)
+from kvclaims.vllm_binding.telemetry import EventSink, NullSink, TraceSink
+
+logger = logging.getLogger(__name__)
+
+REFUSAL_STOP_PREFIX = "kvclaims:refused"
+"""Refused requests finish with FinishReason.ABORT and stop_reason
+`kvclaims:refused:capacity:<claim ids>`. vLLM 0.32 turns FinishReason.ERROR into an opaque
+HTTP 500 that drops stop_reason; ABORT reaches the client as finish_reason "abort" with the
+stop_reason visible, and is what a refusal is: the engine did not serve the request."""
+
+_MAX_NAMED_IN_STOP_REASON = 8
+
+PINNED_SWEEP_STEPS = 32
+"""Pinned blocks are re-verified at least this often even without a known hash-stripping path."""
+
+
+def trace_request_id(request_id: str) -> str:
+    """A trace-safe identifier for a vLLM request id (long ids are hashed, not truncated)."""
+    if 0 < len(request_id) <= MAX_IDENTIFIER_LENGTH:
+        return request_id
+    return "request-sha256-" + hashlib.sha256(request_id.encode()).hexdigest()[:32]
+
+
+def layout_problem(scheduler: Any) -> str | None:
+    """Why claims cannot be kept on this engine's KV layout, or None.
+
+    Claims are leading-prefix block runs in one full-attention cache group whose blocks are
+    hashed at the scheduler's block size; anything else (hybrid or sliding-window models,
+    partial-hash hits, disabled prefix caching, context parallelism) is refused per claim.
+    """
+    if not scheduler.cache_config.enable_prefix_caching:
+        return "prefix caching is disabled on this engine"
+    groups = scheduler.kv_cache_config.kv_cache_groups
+    if len(groups) != 1:
+        return f"the model has {len(groups)} KV cache groups; claims need exactly one"
+    spec = groups[0].kv_cache_spec
+    if type(spec) is not FullAttentionSpec or spec.sliding_window or spec.attention_chunk_size:
+        return f"KV cache spec {type(spec).__name__} is not plain full attention"
+    if scheduler.hash_block_size != scheduler.block_size:
+        return "prefix hashes are finer than the scheduler block size"
+    if scheduler.dcp_world_size > 1 or scheduler.pcp_world_size > 1:
+        return "context parallelism shards blocks across ranks"
+    return None
+
+
+@dataclass(eq=False, slots=True)
+class RequestBook:
+    """What the arbiter knows of one live request."""
+
+    trace_id: str
+    sourced: list[str] = field(default_factory=list)
+    attached: str | None = None
+    phase: str = "waiting"  # waiting | deferred | admitted | refused
+    deferred_steps: int = 0
+    last_conflict: tuple[Any, ...] | None = None
+    live_blocks: int | None = None
+    checked_version: int = -1
+
+    @property
+    def feeds(self) -> list[str]:
+        return [*self.sourced, *([self.attached] if self.attached else [])]
+
+
+class ClaimArbiter:
+    """Claims of one engine core, driven by its scheduler's entry points."""
+
+    def __init__(self, scheduler: Any, config: BindingConfig) -> None:
+        self._s = scheduler
+        self.config = config
+        self._pool = scheduler.kv_cache_manager.block_pool
+        self.block_size: int = scheduler.block_size
+        self.usable_blocks: int = self._pool.num_gpu_blocks - 1  # block 0 is vLLM's null block
+        self.unsupported = layout_problem(scheduler)
+        self.registry = ClaimRegistry(
+            usable_blocks=self.usable_blocks,
+            protected_fraction=config.protected_fraction,
+            owner_protected_fraction=config.owner_protected_fraction,
+            max_claims=config.max_claims,
+            max_decided_claim_ids=config.max_decided_claim_ids,
+        )
+        self.step = 0
+        self._books: dict[str, RequestBook] = {}
+        self._materializing: set[ClaimRecord] = set()
+        self._expiries: list[tuple[int, int, str]] = []
+        self._deferred: set[str] = set()
+        self._finished: list[tuple[str, str, str | None]] = []
+        self._refusals: list[tuple[int, EngineCoreOutput]] = []
+        self._rejection_handles = 0
+        self._depth = 0
+        self._pins_suspect = False
+        self.sink: EventSink = self._open_sink()
+
+    # -- telemetry ------------------------------------------------------------------------
+
+    def _open_sink(self) -> EventSink:
+        path = self.config.trace_path
+        if path is None:
+            return NullSink()
+        rank = self._s.vllm_config.parallel_config.data_parallel_rank
+        header = TraceHeader(
+            kvclaims_trace=1,
+            source=self.config.trace_source or f"vllm {_vllm_version()} scheduler + kvclaims.vllm_binding",
+            usable_blocks=self.usable_blocks,
+            block_size=self.block_size,
+            cache_identity=self.cache_identity(""),
+        )
+        return TraceSink.open(path.replace("{dp_rank}", str(rank)), header)
+
+    def _emit(self, event_type: type[_Event], **fields: Any) -> None:
+        if self.sink.enabled:
+            self.sink.emit(event_type, engine_step=self.step, **fields)
+
+    def enter(self) -> None:
+        """A vLLM entry point begins (pair with `leave`, in a `finally`)."""
+        self._depth += 1
+
+    def leave(self) -> None:
+        """A vLLM entry point returns: events reach the file when the outermost one does."""
+        self._depth -= 1
+        if self._depth == 0:
+            if self._finished:
+                self._drain_finished()
+            self.sink.flush()
+
+    @contextmanager
+    def entry(self) -> Iterator[None]:
+        """`enter` / `leave` as a context manager (lanes, tests and fault injection)."""
+        self.enter()
+        try:
+            yield
+        finally:
+            self.leave()
+
+    def note_fault(self, kind: str, *, claim_id: str | None = None, request_id: str | None = None) -> None:
+        """Record an injected fault (tests and failure-injection lanes) in the trace."""
+        self._emit(
+            FaultInjected,
+            kind=kind,
+            claim_id=claim_id,
+            request_id=None if request_id is None else trace_request_id(request_id),
+        )
+
+    def close(self) -> None:
+        self._drain_finished()
+        self.sink.close()
+
+    def cache_identity(self, namespace: str) -> CacheIdentity:
+        """The cache identity of claims made on this engine under a cache salt `namespace`."""
+        vllm_config = self._s.vllm_config
+        model = str(vllm_config.model_config.served_model_name or vllm_config.model_config.model)
+        if not 0 < len(model) <= MAX_IDENTIFIER_LENGTH:
+            model = "model-sha256-" + hashlib.sha256(model.encode()).hexdigest()[:32]
+        return CacheIdentity(
+            cache_key_domain="vllm-prefix-cache",
+            model_id=model,
+            token_hash_domain=f"vllm-{vllm_config.cache_config.prefix_caching_hash_algo}",
+            namespace=namespace,
+            block_size=self.block_size,
+            kv_format=str(vllm_config.model_config.dtype).removeprefix("torch."),
+        )
+
+    # -- add_request: claim operations -----------------------------------------------------
+
+    def on_request_added(self, request: Request) -> None:
+        book = RequestBook(trace_id=trace_request_id(request.request_id))
+        self._books[request.request_id] = book
+        params = request.sampling_params
+        parsed = parse_claim_metadata(None if params is None else params.extra_args)
+        if parsed is None:
+            return
+        if isinstance(parsed, MetadataRejection):
+            self._reject(parsed.claim_id, parsed.reason, book, spend=True)
+            return
+        owner = owner_of(parsed, default_owner=self.config.default_owner, hmac_key=self.config.owner_hmac_key)
+        if isinstance(owner, MetadataRejection):
+            self._reject(parsed.claim_id, owner.reason, book, spend=parsed.op is ClaimOp.submit)
+            return
+        if parsed.op is ClaimOp.submit:
+            self._submit(request, parsed, owner, book)
+        elif parsed.op is ClaimOp.attach:
+            self._attach(request, parsed, owner, book)
+        else:
+            self._owner_settles(parsed, owner, book)
+
+    def _reject(self, claim_id: str | None, reason: str, book: RequestBook, *, spend: bool) -> None:
+        """Refuse a claim operation; the request is served as an ordinary one.
+
+        A new, well-formed claim id of a submission is spent by the rejection (ids are decided
+        once). Operations that cannot be reported under their own id (a malformed id, an id
+        already decided, an operation on an existing claim) get a fresh `rejected-N` handle,
+        with the named id (bounded) in the reason.
+        """
+        if spend and claim_id is not None and not self.registry.is_decided(claim_id):
+            self.registry.decide(claim_id)
+            subject = claim_id
+        else:
+            self._rejection_handles += 1
+            subject = f"rejected-{self._rejection_handles}"
+            reason = f"claim {shown(claim_id)}: {reason}"
+        logger.info("kvclaims: request %s: claim operation rejected: %s", book.trace_id, reason)
+        self._emit(ResidentClaimRejected, claim_id=subject, reason=reason, request_id=book.trace_id)
+
+    def _submit(self, request: Request, op: ClaimRequest, owner: str, book: RequestBook) -> None:
+        if self.registry.is_decided(op.claim_id):
+            self._reject(op.claim_id, "claim id already decided (ids are single-use)", book, spend=False)
+            return
+        problem = self._submission_problem(request, op)
+        claim = None
+        if problem is None:
+            assert request.cache_salt is None or len(request.cache_salt) <= MAX_IDENTIFIER_LENGTH
+            claim = claim_input(op, owner=owner, cache_identity=self.cache_identity(request.cache_salt or ""))
+            if isinstance(claim, MetadataRejection):
+                problem, claim = claim.reason, None
+        if claim is None:
+            self._reject(op.claim_id, problem or "invalid claim", book, spend=True)
+            return
+        predicate = claim.materialization_predicate
+        assert isinstance(predicate, LeadingPrefixAtLeast)
+        footprint = claim.footprint_blocks
+        full_prompt_blocks = request.num_prompt_tokens // self.block_size
+        terms = {
+            "claim_id": claim.claim_id,
+            "owner_scope": claim.owner_scope,
+            "object_id": claim.object_id,
+            "mode": claim.protection_mode,
+            "footprint_blocks": footprint,
+            "predicate": predicate,
+            "duration_steps": claim.duration_steps,
+        }
+        self._emit(ResidentClaimSubmitted, request_id=book.trace_id, **terms)
+        if footprint > full_prompt_blocks:
+            self._reject(
+                claim.claim_id,
+                f"footprint of {footprint} blocks exceeds the request's "
+                f"{full_prompt_blocks} full prompt blocks",
+                book,
+                spend=True,
+            )
+            return
+        hashes = tuple(request.block_hashes[:footprint])
+        preserving = claim.protection_mode is not ProtectionMode.best_effort
+        problem = self.registry.admission_problem(owner, hashes, preserving) or (
+            self._feasibility_problem(request, hashes) if preserving else None
+        )
+        if problem is not None:
+            self._reject(claim.claim_id, problem, book, spend=True)
+            return
+        record = ClaimRecord(
+            claim=claim,
+            hashes=hashes,
+            keys=tuple(make_block_hash_with_group_id(h, 0) for h in hashes),
+            source_request_id=request.request_id,
+            accepted_step=self.step,
+            required_blocks=predicate.required_blocks(self.block_size),
+        )
+        self.registry.add(record)
+        book.sourced.append(record.claim_id)
+        self._materializing.add(record)
+        if record.expires_at_step is not None:
+            heapq.heappush(self._expiries, (record.expires_at_step, len(self._expiries), record.claim_id))
+        self._emit(ResidentClaimAccepted, request_id=book.trace_id, **terms)
+
+    def _submission_problem(self, request: Request, op: ClaimRequest) -> str | None:
+        if self.unsupported is not None:
+            return f"claims are not supported on this engine: {self.unsupported}"
+        assert op.mode is not None
+        if op.mode not in SUPPORTED_MODES:
+            return f"mode {op.mode} is not supported by this binding"
+        if request.cache_salt is not None and len(request.cache_salt) > MAX_IDENTIFIER_LENGTH:
+            return f"cache_salt longer than {MAX_IDENTIFIER_LENGTH} characters cannot name a claim namespace"
+        return None
+
+    def _feasibility_problem(self, request: Request, hashes: tuple[Any, ...]) -> str | None:
+        """A protected claim is accepted only if its own request and every admitted request
+        still fit next to the enlarged protected set."""
+        protected = self.registry.protected_blocks_with(hashes)
+        shared = self.registry.overlap(request.block_hashes, ()).credited | set(hashes)
+        own = CapacityProof(protected, self._peak_blocks(request) - len(shared), self.usable_blocks)
+        if own.capacity_shortfall_blocks:
+            return (
+                f"the submitting request could not be served next to the protected blocks "
+                f"({own.protected_resident_blocks} + {own.active_live_blocks_required} "
+                f"> {self.usable_blocks})"
+            )
+        for book in self._books.values():
+            if book.phase == "admitted" and book.live_blocks is not None:
+                if protected + book.live_blocks > self.usable_blocks:
+                    return (
+                        f"admitted request {book.trace_id} needs {book.live_blocks} live blocks; with "
+                        f"{protected} protected blocks it would no longer fit {self.usable_blocks}"
+                    )
+        return None
+
+    def _attach(self, request: Request, op: ClaimRequest, owner: str, book: RequestBook) -> None:
+        record = self.registry.claims.get(op.claim_id)
+        if record is None:
+            self._reject(op.claim_id, "attach: no such live claim", book, spend=False)
+        elif record.owner != owner:
+            self._reject(op.claim_id, "attach: the claim belongs to another owner", book, spend=False)
+        else:
+            book.attached = record.claim_id
+            record.feeders.add(request.request_id)
+            if record.responsible and record.leading_blocks < len(record.slots):
+                self._materializing.add(record)
+
+    def _owner_settles(self, op: ClaimRequest, owner: str, book: RequestBook) -> None:
+        record = self.registry.claims.get(op.claim_id)
+        if record is None:
+            self._reject(op.claim_id, f"{op.op}: no such live claim", book, spend=False)
+        elif record.owner != owner:
+            self._reject(op.claim_id, f"{op.op}: the claim belongs to another owner", book, spend=False)
+        elif op.op is ClaimOp.release:
+            self._release(record, f"released by its owner (request {book.trace_id})")
+        elif record.responsible:
+            self._settle(record, ClaimState.demoted, f"demoted by its owner (request {book.trace_id})")
+        else:
+            self._reject(op.claim_id, f"demote: the claim is already {record.state}", book, spend=False)
+
+    # -- claim state changes ---------------------------------------------------------------
+
+    def _unpin_all(self, record: ClaimRecord) -> None:
+        """Drop the claim's extra references (tail first, so the tail is evicted first)."""
+        pinned = [block for _, block in record.held()] if record.protected else []
+        self.registry.unprotect(record)
+        if pinned:
+            self._pool.free_blocks(reversed(pinned))
+
+    def _settle(self, record: ClaimRecord, state: ClaimState, reason: str) -> None:
+        """Demote or expire: responsibility ends before any loss; blocks stay watched."""
+        self._unpin_all(record)
+        record.state = state
+        self._materializing.discard(record)
+        event = ResidentClaimDemoted if state is ClaimState.demoted else ResidentClaimExpired
+        self._emit(event, claim_id=record.claim_id, reason=reason)
+        if not any(block is not None for block in record.slots):
+            self._release(record, "nothing left to watch after " + str(state))
+
+    def _release(self, record: ClaimRecord, reason: str) -> None:
+        self._unpin_all(record)
+        record.slots = [None] * len(record.slots)
+        record.state = ClaimState.released
+        self._materializing.discard(record)
+        self.registry.retire(record)
+        for request_id in record.feeders:
+            book = self._books.get(request_id)
+            if book is not None and book.attached == record.claim_id:
+                book.attached = None
+        self._emit(ResidentClaimReleased, claim_id=record.claim_id, reason=reason)
+
+    def _expire_due(self) -> None:
+        while self._expiries and self._expiries[0][0] <= self.step:
+            _, _, claim_id = heapq.heappop(self._expiries)
+            record = self.registry.claims.get(claim_id)
+            if record is not None and record.responsible:
+                self._settle(
+                    record, ClaimState.expired, f"duration of {record.claim.duration_steps} steps ended"
+                )
+
+    # -- materialization and loss ----------------------------------------------------------
+
+    def _advance(self, record: ClaimRecord, request: Request) -> None:
+        """Hold every further leading block `request` has computed and cached for the claim."""
+        if not record.responsible:
+            return
+        blocks = self._request_blocks(request.request_id)
+        computed = (request.num_computed_tokens - request.num_in_flight_tokens) // self.block_size
+        limit = min(len(record.slots), computed, len(blocks))
+        start = record.leading_blocks
+        stored: list[int] = []
+        for position in range(start, limit):
+            if record.slots[position] is not None:
+                continue
+            block = blocks[position]
+            if block.is_null or block.block_hash != record.keys[position]:
+                break
+            if record.protected:
+                self._pool.touch([block])
+                self.registry.set_resident(record, position, True)
+            record.slots[position] = block
+            stored.append(position)
+        for position in stored:
+            self._emit(
+                BlockStored,
+                block_id=record.slots[position].block_id,
+                block_hash=record.hashes[position].hex(),
+                claim_id=record.claim_id,
+                position=position,
+            )
+        leading = record.leading_blocks
+        if record.state is ClaimState.accepted and leading >= record.required_blocks:
+            record.state = ClaimState.materialized
+            self.registry.version += 1
+            self._emit(ResidentClaimMaterialized, claim_id=record.claim_id, leading_blocks=leading)
+        if leading >= len(record.slots):
+            self._materializing.discard(record)
+
+    def _request_blocks(self, request_id: str) -> list[Any]:
+        managers = self._s.kv_cache_manager.coordinator.single_type_managers
+        return managers[0].req_to_blocks.get(request_id, [])
+
+    def _advance_all(self) -> None:
+        requests = self._s.requests
+        for record in list(self._materializing):
+            for feeder in list(record.feeders):
+                request = requests.get(feeder)
+                if request is not None and not request.is_finished():
+                    self._advance(record, request)
+
+    def mark_pins_suspect(self) -> None:
+        """Something that can strip hashes from referenced blocks ran (vLLM's invalid-KV-load
+        path, a reset, an injected eviction): check pinned blocks at the next check."""
+        self._pins_suspect = True
+
+    def check_blocks(self, *, pinned: bool = True) -> None:
+        """Report every held block that lost the claim's cache key, and what that means.
+
+        Unpinned (watched) blocks can be evicted by any allocation and are checked every time.
+        A pinned block is never in vLLM's free queue, so only `evict_blocks` or a prefix-cache
+        reset can strip it; pinned blocks are checked when `pinned` is set, after
+        `mark_pins_suspect`, and every `PINNED_SWEEP_STEPS` steps as a safety net.
+        """
+        pinned = pinned or self._pins_suspect or self.step % PINNED_SWEEP_STEPS == 0
+        self._pins_suspect = False
+        for record in self.registry.with_blocks():
+            if pinned or not record.protected:
+                self._check_record(record)
+
+    def _check_record(self, record: ClaimRecord) -> None:
+        keys = record.keys
+        lost = [
+            (position, block)
+            for position, block in enumerate(record.slots)
+            if block is not None and block._block_hash != keys[position]
+        ]
+        if lost:
+            self._on_loss(record, lost)
+
+    def _on_loss(self, record: ClaimRecord, lost: list[tuple[int, Any]]) -> None:
+        pinned = record.protected
+        for position, block in lost:
+            if pinned:
+                self.registry.set_resident(record, position, False)
+                self._pool.free_blocks([block])
+            record.slots[position] = None
+            self._emit(
+                BlockRemoved,
+                block_id=block.block_id,
+                block_hash=record.hashes[position].hex(),
+                claim_id=record.claim_id,
+                position=position,
+            )
+        leading = record.leading_blocks
+        if record.state is ClaimState.materialized and leading < record.required_blocks:
+            if record.preserving:
+                self._unpin_all(record)
+                record.slots = [None] * len(record.slots)
+                record.state = ClaimState.harmed
+                self._materializing.discard(record)
+                self.registry.retire(record)
+                logger.warning(
+                    "kvclaims: claim %s harmed: %d < %d", record.claim_id, leading, record.required_blocks
+                )
+                self._emit(
+                    ResidentClaimHarmed,
+                    claim_id=record.claim_id,
+                    leading_blocks=leading,
+                    required_blocks=record.required_blocks,
+                )
+            else:
+                record.state = ClaimState.accepted
+                self.registry.version += 1
+                self._materializing.add(record)
+                self._emit(ResidentClaimLost, claim_id=record.claim_id, leading_blocks=leading)
+        elif record.state in SETTLED_STATES and not any(b is not None for b in record.slots):
+            self._release(record, f"every block lost after the claim was {record.state}")
+        elif record.responsible:
+            self._materializing.add(record)
+
+    # -- feasibility (before vLLM schedules waiting requests) ------------------------------
+
+    def _peak_blocks(self, request: Request) -> int:
+        return peak_live_blocks(
+            prompt_tokens=request.num_prompt_tokens,
+            max_tokens=request.max_tokens,
+            block_size=self.block_size,
+            max_model_len=self._s.max_model_len,
+            lookahead_tokens=self._s.num_lookahead_tokens,
+        )
+
+    def before_schedule(self) -> tuple[list[Request], dict[Request, int]]:
+        """Advance the engine step, expire claims, and decide every waiting request vLLM may
+        reach this step. Returns the requests to hold out of this `schedule()` call and the
+        queue order to put them back in."""
+        self.step += 1
+        self._expire_due()
+        if self.registry.protected_blocks == 0 and not self._deferred:
+            return [], {}
+        budget = self._s.max_num_active_reqs - len(self._s.running)
+        deferred_left = len(self._deferred)
+        admissible = 0
+        held: list[Request] = []
+        refused: list[tuple[Request, str]] = []
+        for request in self._s.waiting:
+            if admissible >= budget and deferred_left == 0:
+                break
+            book = self._books.get(request.request_id)
+            if book is None or request.is_finished():
+                continue
+            if request.request_id in self._deferred:
+                deferred_left -= 1
+            verdict = self._decide(request, book)
+            if verdict == "defer":
+                held.append(request)
+            elif verdict == "admit":
+                admissible += 1
+            else:
+                refused.append((request, verdict))
+        for request, stop_reason in refused:
+            self._refuse(request, stop_reason)
+        if not held:
+            return [], {}
+        order = {r: i for i, r in enumerate(self._s.waiting)}
+        self._s.waiting.remove_requests(held)
+        return held, order
+
+    def _decide(self, request: Request, book: RequestBook) -> str:
+        """The verdict for one waiting request: admit, defer, or the stop reason of a refusal."""
+        if book.checked_version == self.registry.version and book.phase != "deferred":
+            return "admit"
+        peak = self._peak_blocks(request)
+        overlap = self.registry.overlap(request.block_hashes, book.sourced)
+        proof = CapacityProof(
+            self.registry.protected_blocks, peak - len(overlap.credited), self.usable_blocks
+        )
+        book.live_blocks = proof.active_live_blocks_required
+        if proof.capacity_shortfall_blocks == 0 or peak > self.usable_blocks:
+            # Feasible, or infeasible even with no claim at all: then it is vLLM's to handle
+            # and naming claims as blocking would be false attribution.
+            book.checked_version = self.registry.version
+            self._end_deferral(request.request_id, book)
+            return "admit"
+        blocking = self.registry.blocking(overlap.credited)
+        if self._demote_to_fit(blocking, overlap.credited, proof, book):
+            return self._decide(request, book)
+        resolvable_by_materialization = (
+            overlap.pending > 0
+            and CapacityProof(
+                proof.protected_resident_blocks,
+                proof.active_live_blocks_required - overlap.pending,
+                self.usable_blocks,
+            ).capacity_shortfall_blocks
+            == 0
+        )
+        may_wait = resolvable_by_materialization or all(
+            self.config.action_for(r.mode) is not ConflictAction.refuse for r in blocking
+        )
+        fields = dict(
+            request_id=book.trace_id,
+            reason=ConflictReason.capacity,
+            blocking_claim_ids=[r.claim_id for r in blocking],
+            **proof.fields(),
+        )
+        if may_wait and book.deferred_steps < self.config.max_deferral_steps:
+            book.deferred_steps += 1
+            conflict = (tuple(fields["blocking_claim_ids"]), *proof.fields().values())
+            if book.phase != "deferred" or book.last_conflict != conflict:
+                self._emit(ActiveRequestDeferred, **fields)
+                book.last_conflict = conflict
+            book.phase = "deferred"
+            self._deferred.add(request.request_id)
+            return "defer"
+        self._emit(ActiveRequestRefused, **fields)
+        book.phase = "refused"
+        named = [r.claim_id for r in blocking[:_MAX_NAMED_IN_STOP_REASON]]
+        more = len(blocking) - len(named)
+        return f"{REFUSAL_STOP_PREFIX}:capacity:" + ",".join(named) + (f",+{more} more" if more else "")
+
+    def _demote_to_fit(
+        self, blocking: list[ClaimRecord], credited: frozenset[Any], proof: CapacityProof, book: RequestBook
+    ) -> bool:
+        """Demote the oldest demotable blocking claims, just enough to remove the shortfall."""
+        candidates = sorted(
+            (r for r in blocking if self.config.action_for(r.mode) is ConflictAction.demote),
+            key=lambda r: r.accepted_step,
+        )
+        chosen: list[ClaimRecord] = []
+        for record in candidates:
+            chosen.append(record)
+            freed = self.registry.freed_by(chosen) - credited
+            if proof.capacity_shortfall_blocks - len(freed) <= 0:
+                for victim in chosen:
+                    self._settle(
+                        victim,
+                        ClaimState.demoted,
+                        f"demoted to admit request {book.trace_id} "
+                        f"(shortfall {proof.capacity_shortfall_blocks} blocks)",
+                    )
+                return True
+        return False
+
+    def _end_deferral(self, request_id: str, book: RequestBook) -> None:
+        if book.phase == "deferred":
+            book.phase = "waiting"
+            self._deferred.discard(request_id)
+
+    def _refuse(self, request: Request, stop_reason: str) -> None:
+        self._deferred.discard(request.request_id)
+        request.stop_reason = stop_reason
+        self._s.finish_requests([request.request_id], RequestStatus.FINISHED_ABORTED)
+        self._refusals.append(
+            (
+                request.client_index,
+                EngineCoreOutput(
+                    request_id=request.request_id,
+                    new_token_ids=[],
+                    finish_reason=FinishReason.ABORT,
+                    stop_reason=stop_reason,
+                    events=request.take_events(),
+                    trace_headers=request.trace_headers,
+                ),
+            )
+        )
+        self._drain_finished()
+
+    def restore_held(self, held: list[Request], order: dict[Request, int]) -> None:
+        """Put deferred requests back exactly where they were in the waiting queue."""
+        if not held:
+            return
+        queue = self._s.waiting
+        current = list(queue)
+        newcomers = [r for r in current if r not in order]
+        survivors = sorted([r for r in current if r in order] + held, key=order.__getitem__)
+        queue.remove_requests(current)
+        for request in [*newcomers, *survivors]:
+            queue.add_request(request)
+
+    def after_schedule(self, output: Any) -> None:
+        """Report first admissions (and re-admissions after a deferral), and claim reuse."""
+        admitted = [data.req_id for data in output.scheduled_new_reqs]
+        admitted += [r for r in output.scheduled_cached_reqs.resumed_req_ids]
+        hits = {data.req_id: data.num_computed_tokens for data in output.scheduled_new_reqs}
+        for request_id in admitted:
+            book = self._books.get(request_id)
+            if book is None or book.phase == "admitted":
+                continue
+            request = self._s.requests[request_id]
+            if book.live_blocks is None or book.checked_version != self.registry.version:
+                overlap = self.registry.overlap(request.block_hashes, book.sourced)
+                book.live_blocks = self._peak_blocks(request) - len(overlap.credited)
+            self._end_deferral(request_id, book)
+            book.phase = "admitted"
+            if self.sink.enabled:
+                self._emit(
+                    ActiveRequestAdmitted,
+                    request_id=book.trace_id,
+                    active_live_blocks=book.live_blocks,
+                    prefix_hit_blocks=hits.get(request_id, 0) // self.block_size,
+                )
+            if book.attached is not None and request_id in hits:
+                self._report_reuse(request, book, hits[request_id] // self.block_size)
+
+    def _report_reuse(self, request: Request, book: RequestBook, hit_blocks: int) -> None:
+        record = self.registry.claims.get(book.attached or "")
+        if record is not None:
+            self._check_record(record)  # a reuse report must not outrun a loss
+            record = self.registry.claims.get(record.claim_id)
+        if record is None:
+            return
+        shared = 0
+        for position in range(min(hit_blocks, len(record.hashes), len(request.block_hashes))):
+            if request.block_hashes[position] != record.hashes[position]:
+                break
+            shared += 1
+        satisfied = shared >= record.required_blocks and record.state in (
+            ClaimState.materialized,
+            *SETTLED_STATES,
+        )
+        self._emit(
+            RequestReused,
+            request_id=book.trace_id,
+            claim_id=record.claim_id,
+            cached_blocks=shared,
+            predicate_satisfied=satisfied,
+        )
+
+    # -- after a model step; finishing requests; resets -------------------------------------
+
+    def after_update(self, outputs: dict[int, EngineCoreOutputs]) -> None:
+        self.check_blocks(pinned=False)
+        self._advance_all()
+        self._drain_finished()
+        for client_index, output in self._refusals:
+            outputs.setdefault(client_index, EngineCoreOutputs()).outputs.append(output)
+        self._refusals.clear()
+
+    def on_request_finishing(self, request: Request) -> None:
+        """Last moment the request's blocks are reachable: let it feed its claims, then book
+        its end (reported at the next consistent point)."""
+        book = self._books.pop(request.request_id, None)
+        if book is None:
+            return
+        self._deferred.discard(request.request_id)
+        for claim_id in book.feeds:
+            record = self.registry.claims.get(claim_id)
+            if record is not None:
+                self._advance(record, request)
+                record.feeders.discard(request.request_id)
+                if not record.feeders:
+                    self._materializing.discard(record)
+        if book.phase == "waiting":
+            # Never admitted, deferred or refused (e.g. aborted while queued): the request
+            # never entered the arbitrated lifecycle, so there is nothing to finish in it.
+            return
+        if self.sink.enabled:
+            reason = request.get_finished_reason()
+            status = str(reason) if reason is not None else request.status.name.lower()
+            stop = request.stop_reason if isinstance(request.stop_reason, str) else None
+            self._finished.append((book.trace_id, status, stop))
+
+    def _drain_finished(self) -> None:
+        if self.sink.enabled:
+            for trace_id, status, stop in self._finished:
+                self._emit(RequestFinished, request_id=trace_id, status=status, stop_reason=stop)
+        self._finished.clear()
+
+    def before_reset(self, reset_running_requests: bool) -> None:
+        """Pins make vLLM's prefix-cache reset fail (or raise, when it also preempts running
+        requests). When pins are all that stand in the way, demote the protected claims first:
+        responsibility ends before the reset drops their blocks (post-release loss, not harm);
+        owners re-submit to re-materialize."""
+        holders = [r for r in self.registry.protected() if any(b is not None for b in r.slots)]
+        if not holders or not (reset_running_requests or self._only_pins_hold_blocks(holders)):
+            return
+        for record in holders:
+            self._settle(record, ClaimState.demoted, "prefix cache reset requested")
+
+    def _only_pins_hold_blocks(self, holders: list[ClaimRecord]) -> bool:
+        pins: dict[int, int] = {}
+        for record in holders:
+            for _, block in record.held():
+                pins[block.block_id] = pins.get(block.block_id, 0) + 1
+        used = self.usable_blocks - self._pool.get_num_free_blocks()
+        return used == len(pins) and all(self._pool.blocks[b].ref_cnt == n for b, n in pins.items())
+
+    # -- introspection (tests, fuzzing, lanes) ----------------------------------------------
+
+    def pinned_blocks(self) -> dict[int, int]:
+        """block id -> number of claim pins on it."""
+        pins: dict[int, int] = {}
+        for record in self.registry.protected():
+            for _, block in record.held():
+                pins[block.block_id] = pins.get(block.block_id, 0) + 1
+        return pins
+
+    def claim_states(self) -> dict[str, ClaimState]:
+        return {claim_id: record.state for claim_id, record in self.registry.claims.items()}
+
+    def deferred_request_ids(self) -> frozenset[str]:
+        return frozenset(self._deferred)
+
+
+def _vllm_version() -> str:
+    import vllm
+
+    return str(vllm.__version__)
+
+
+__all__ = [
+    "REFUSAL_STOP_PREFIX",
+    "RESPONSIBLE_STATES",
+    "ClaimArbiter",
+    "RequestBook",
+    "layout_problem",
+    "trace_request_id",
+]

@@ -1,0 +1,31 @@
+"""Fuzzing vLLM's real scheduler with the binding: the bounded, deterministic CI profile.
+
+`kvclaims vllm fuzz` runs the same machine with a long profile.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.vllm
+
+
+def test_ci_profile_holds_every_invariant_and_reaches_every_outcome(tmp_path: Path) -> None:
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from kvclaims.vllm_binding import fuzzing
+
+    fuzzing.STATS.__init__()  # type: ignore[misc]
+    fuzzing.SchedulerFuzz.trace_dir = tmp_path
+    try:
+        run_state_machine_as_test(fuzzing.SchedulerFuzz, settings=fuzzing.CI_SETTINGS)
+    finally:
+        fuzzing.SchedulerFuzz.trace_dir = None
+    summary = fuzzing.STATS.summary()
+    print("vllm fuzz CI profile:", summary)
+    assert summary["verdicts"].get("accepted", 0) > 0
+    assert set(summary["verdicts"]) <= {"accepted", "empty"}
+    for outcome in fuzzing.COVERED_EVENTS:
+        assert summary["events"].get(outcome, 0) > 0, f"the CI profile never reached {outcome}"
