@@ -26,6 +26,7 @@ COMMANDS: tuple[str, ...] = (
     "scenario",
     "fuzz",
     "check",
+    "vllm",
     "demo",
 )
 """Subcommand modules, in the order `kvclaims --help` lists them."""

@@ -1,0 +1,202 @@
+"""`kvclaims vllm`: resident claims on vLLM's real scheduler (the vLLM binding's lanes).
+
+    kvclaims vllm scenario --list [--lane scheduler]   names, one per line (controls: control-*)
+    kvclaims vllm scenario NAME [--lane scheduler] [-o TRACE] [--json]
+    kvclaims vllm sweep [-o DIR] [--json]              the 60/70 capacity sweep, 80..150 usable
+    kvclaims vllm fuzz [--examples N] [--steps M] [-o DIR] [--json]   the long fuzzing profile
+
+A scenario runs on vLLM 0.32's real Scheduler / KVCacheManager / BlockPool (CPU, no model, no
+network), writes one kvclaims trace v1, prints what it measured, and checks the trace with
+refinement. Exit codes: 0 when every trace got its expected verdict (accepted; a `control-`
+scenario rejected) and every fuzz example passed, 1 when not, 2 for bad input or a missing or
+unsupported vLLM (`make setup-vllm` installs it). `--list` works without vLLM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from kvclaims.cli._common import Exit, print_json, print_table, stdout_console
+
+LANES = ("scheduler",)
+DEFAULT_OUT = Path("kvclaims-out") / "vllm"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "vllm",
+        help="run resident-claim scenarios, sweeps and fuzzing on vLLM's real scheduler",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="vllm_command", metavar="COMMAND")
+
+    scenario = commands.add_parser("scenario", help="run one scenario (or --list them)")
+    scenario.add_argument("name", nargs="?", metavar="NAME")
+    scenario.add_argument("--list", action="store_true", help="print scenario names, one per line")
+    scenario.add_argument("--lane", choices=LANES, default="scheduler")
+    scenario.add_argument("-o", "--out", type=Path, metavar="TRACE", help="trace file to write")
+    scenario.add_argument("--json", action="store_true", help="print one JSON object")
+    scenario.set_defaults(run=_run_scenario)
+
+    sweep = commands.add_parser("sweep", help="capacity sweep 80..150: stock vLLM vs the binding")
+    sweep.add_argument("--lane", choices=LANES, default="scheduler")
+    sweep.add_argument("-o", "--out", type=Path, metavar="DIR", default=DEFAULT_OUT / "sweep")
+    sweep.add_argument("--json", action="store_true")
+    sweep.set_defaults(run=_run_sweep)
+
+    fuzz = commands.add_parser("fuzz", help="fuzz vLLM's scheduler with the binding (long profile)")
+    fuzz.add_argument("--examples", type=int, default=2000, metavar="N")
+    fuzz.add_argument("--steps", type=int, default=60, metavar="M", help="rules per example")
+    fuzz.add_argument("--derandomize", action="store_true", help="the same examples on every run")
+    fuzz.add_argument("-o", "--out", type=Path, metavar="DIR", default=DEFAULT_OUT / "fuzz")
+    fuzz.add_argument("--json", action="store_true")
+    fuzz.set_defaults(run=_run_fuzz)
+
+    parser.set_defaults(run=lambda args: (parser.print_help(), Exit.invalid_input)[1])
+
+
+def _vllm_problem() -> str | None:
+    from kvclaims.vllm_binding.plugin import installed_vllm_version, unsupported_reason
+
+    return unsupported_reason(installed_vllm_version())
+
+
+def _refuse_without_vllm() -> int | None:
+    problem = _vllm_problem()
+    if problem is None:
+        return None
+    from kvclaims.cli._common import print_problems
+    from kvclaims.spec.errors import Problem
+
+    print_problems([Problem("kvclaims vllm", problem)])
+    return Exit.invalid_input
+
+
+def _run_scenario(args: argparse.Namespace) -> int:
+    from kvclaims.spec.errors import InputError, Problem
+    from kvclaims.vllm_binding.scenarios import SCENARIOS, scenario_names
+
+    if args.list:
+        sys.stdout.write("".join(f"{name}\n" for name in scenario_names(args.lane)))
+        return Exit.ok
+    if args.name is None:
+        raise InputError([Problem("kvclaims vllm scenario", "give a scenario NAME, or --list")])
+    if args.name not in SCENARIOS:
+        raise InputError([Problem("kvclaims vllm scenario", f"unknown scenario {args.name!r} (see --list)")])
+    refused = _refuse_without_vllm()
+    if refused is not None:
+        return refused
+    from kvclaims.refinement import check_trace
+    from kvclaims.vllm_binding.scenarios import run_scenario
+
+    trace = args.out or DEFAULT_OUT / f"{args.name}.ndjson"
+    result = run_scenario(args.name, trace)
+    verdict = check_trace(trace)
+    expected = "rejected" if SCENARIOS[args.name].control else "accepted"
+    ok = str(verdict.outcome) == expected
+    if args.json:
+        print_json(
+            {
+                "scenario": result.name,
+                "lane": args.lane,
+                "control": SCENARIOS[args.name].control,
+                "trace": str(trace),
+                "verdict": str(verdict.outcome),
+                "verdict_reason": verdict.reason,
+                "numbers": result.numbers,
+            }
+        )
+    else:
+        print_table(
+            f"vllm scenario {result.name} ({args.lane} lane): {SCENARIOS[args.name].summary}",
+            ["measure", "value"],
+            [
+                (key, value if isinstance(value, str) else json.dumps(value))
+                for key, value in result.numbers.items()
+            ],
+        )
+        console = stdout_console()
+        console.print(f"trace written: {trace}")
+        console.print(f"refinement: {verdict.outcome} ({verdict.reason}); expected {expected}")
+    return Exit.ok if ok else Exit.not_sound
+
+
+def _run_sweep(args: argparse.Namespace) -> int:
+    refused = _refuse_without_vllm()
+    if refused is not None:
+        return refused
+    from kvclaims.refinement import check_trace
+    from kvclaims.vllm_binding.scenarios import capacity_sweep
+
+    rows = capacity_sweep(args.out)
+    verdicts = {path.name: str(check_trace(path).outcome) for path in sorted(args.out.glob("sweep-*.ndjson"))}
+    ok = all(outcome == "accepted" for outcome in verdicts.values())
+    if args.json:
+        print_json({"rows": rows, "verdicts": verdicts, "traces": str(args.out)})
+    else:
+        columns = list(rows[0])
+        print_table(
+            "capacity sweep: 60-block resident + 70-block active prefill (vLLM scheduler lane)",
+            columns,
+            [[json.dumps(row[c]) for c in columns] for row in rows],
+        )
+        stdout_console().print(
+            f"{len(verdicts)} traces in {args.out}: "
+            + ", ".join(f"{n} {o}" for o, n in _counts(verdicts.values()).items())
+        )
+    return Exit.ok if ok else Exit.not_sound
+
+
+def _run_fuzz(args: argparse.Namespace) -> int:
+    refused = _refuse_without_vllm()
+    if refused is not None:
+        return refused
+    from hypothesis import settings
+    from hypothesis.stateful import run_state_machine_as_test
+    from rich.progress import Progress
+
+    from kvclaims.vllm_binding import fuzzing
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    fuzzing.SchedulerFuzz.trace_dir = args.out
+    profile = settings(
+        fuzzing.CI_SETTINGS,
+        max_examples=args.examples,
+        stateful_step_count=args.steps,
+        derandomize=args.derandomize,
+        print_blob=True,
+    )
+    failure: BaseException | None = None
+    with Progress(transient=True, disable=not stdout_console().is_terminal) as progress:
+        task = progress.add_task("fuzzing vLLM's scheduler", total=args.examples)
+        fuzzing.SchedulerFuzz.on_example = lambda: progress.update(task, completed=fuzzing.STATS.examples)
+        try:
+            run_state_machine_as_test(fuzzing.SchedulerFuzz, settings=profile)
+        except AssertionError as error:  # a falsified invariant or a rejected trace
+            failure = error
+        finally:
+            fuzzing.SchedulerFuzz.on_example = None
+    summary = fuzzing.STATS.summary()
+    if args.json:
+        print_json({**summary, "failure": None if failure is None else str(failure)})
+    else:
+        events = summary.pop("events")
+        print_table(
+            "vllm fuzz (long profile)", ["measure", "value"], [(k, json.dumps(v)) for k, v in summary.items()]
+        )
+        print_table("events in the traces", ["event", "count"], [(k, str(v)) for k, v in events.items()])
+        if failure is not None:
+            stdout_console().print(f"[bold red]falsified:[/] {failure}")
+    return Exit.ok if failure is None else Exit.not_sound
+
+
+def _counts(values: Any) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for value in values:
+        counts[value] = counts.get(value, 0) + 1
+    return counts

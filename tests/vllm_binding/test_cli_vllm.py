@@ -1,0 +1,106 @@
+"""`kvclaims vllm`: scenario listing and runs, sweep, fuzz; a clear error without vLLM."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from kvclaims.cli import COMMANDS
+from kvclaims.cli import vllm as vllm_cli
+from kvclaims.cli._common import Exit, print_problems
+from kvclaims.spec.errors import InputError
+from kvclaims.vllm_binding import plugin
+from kvclaims.vllm_binding.scenarios import SCENARIOS
+
+
+def run_cli(argv: list[str]) -> int:
+    """`kvclaims vllm ...` exactly as `kvclaims.cli.main` dispatches it."""
+    parser = argparse.ArgumentParser(prog="kvclaims")
+    vllm_cli.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args))
+    except InputError as error:
+        print_problems(error.problems)
+        return Exit.invalid_input
+
+
+def test_vllm_is_a_kvclaims_command() -> None:
+    assert "vllm" in COMMANDS
+
+
+def test_list_prints_names_one_per_line_without_vllm(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(plugin, "installed_vllm_version", lambda: None)
+    assert run_cli(["vllm", "scenario", "--list", "--lane", "scheduler"]) == Exit.ok
+    names = capsys.readouterr().out.splitlines()
+    assert names == list(SCENARIOS)
+    controls = [n for n in names if n.startswith("control-")]
+    assert controls == ["control-unenforced-claim", "control-late-demotion"]
+    assert {"native-60-70-80", "hard-60-70-80", "live-pressure-40-46", "defer-until-materialized"} <= set(
+        names
+    )
+
+
+def test_running_without_vllm_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(plugin, "installed_vllm_version", lambda: None)
+    assert (
+        run_cli(["vllm", "scenario", "hard-60-70-80", "-o", str(tmp_path / "t.ndjson")]) == Exit.invalid_input
+    )
+    err = capsys.readouterr().err
+    assert "vLLM is not installed" in err and "make setup-vllm" in err
+    assert not (tmp_path / "t.ndjson").exists()
+
+
+def test_unknown_scenario_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["vllm", "scenario", "no-such-scenario"]) == Exit.invalid_input
+    assert "unknown scenario" in capsys.readouterr().err
+
+
+@pytest.mark.vllm
+def test_scenario_writes_an_accepted_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "hard.ndjson"
+    assert (
+        run_cli(["vllm", "scenario", "hard-60-70-80", "--lane", "scheduler", "-o", str(trace), "--json"]) == 0
+    )
+    report = json.loads(capsys.readouterr().out)
+    assert report["verdict"] == "accepted" and report["trace"] == str(trace)
+    assert report["numbers"]["capacity_shortfall_blocks"] == 50
+    assert trace.exists()
+
+
+@pytest.mark.vllm
+def test_a_control_scenario_succeeds_when_rejected(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "control.ndjson"
+    assert run_cli(["vllm", "scenario", "control-unenforced-claim", "-o", str(trace)]) == Exit.ok
+    assert "expected rejected" in capsys.readouterr().out
+
+
+@pytest.mark.vllm
+def test_sweep_prints_one_row_per_capacity(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["vllm", "sweep", "-o", str(tmp_path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [row["usable_blocks"] for row in report["rows"]] == list(range(80, 151, 10))
+    assert set(report["verdicts"].values()) == {"accepted"}
+
+
+@pytest.mark.vllm
+def test_fuzz_command_runs_a_short_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kvclaims.vllm_binding import fuzzing
+
+    fuzzing.STATS.__init__()  # type: ignore[misc]
+    code = run_cli(
+        ["vllm", "fuzz", "--examples", "5", "--steps", "10", "--derandomize", "-o", str(tmp_path), "--json"]
+    )
+    fuzzing.SchedulerFuzz.trace_dir = None
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["failure"] is None
+    assert report["examples"] >= 5 and report["rule_steps"] > 0
