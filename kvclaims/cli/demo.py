@@ -13,6 +13,7 @@ from pathlib import Path
 
 from kvclaims.cli._common import Exit, stdout_console
 from kvclaims.cli.scenario import demo_stage as scenario_demo_stage
+from kvclaims.cli.vllm import demo_stage as vllm_demo_stage
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 DESCRIPTORS = REPOSITORY / "descriptors"
@@ -74,6 +75,7 @@ STAGES: tuple[tuple[str, Stage], ...] = (
     ("schemas", _schemas),
     ("refinement corpus", _refinement_corpus),
     ("MicroRuntime scenarios", scenario_demo_stage),
+    ("vLLM scheduler lane", vllm_demo_stage),
 )
 
 

@@ -104,3 +104,17 @@ def test_fuzz_command_runs_a_short_profile(tmp_path: Path, capsys: pytest.Captur
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["failure"] is None
     assert report["examples"] >= 5 and report["rule_steps"] > 0
+
+
+def test_demo_stage_says_when_it_did_not_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(plugin, "installed_vllm_version", lambda: None)
+    assert vllm_cli.demo_stage(tmp_path).startswith("not run: vLLM is not installed")
+    assert not (tmp_path / "vllm").exists()
+
+
+@pytest.mark.vllm
+def test_demo_stage_runs_every_scenario(tmp_path: Path) -> None:
+    headline = vllm_cli.demo_stage(tmp_path)
+    assert f"{len(SCENARIOS)} scenarios" in headline and "130 > 80" in headline
+    summary = json.loads((tmp_path / "vllm" / "summary.json").read_text())
+    assert set(summary) == set(SCENARIOS)
