@@ -55,8 +55,8 @@ MAX_MODEL_LEN = 640
 as vLLM guarantees at start-up for real engines; the rules stay below it."""
 
 CI_SETTINGS = settings(
-    max_examples=30,
-    stateful_step_count=30,
+    max_examples=100,
+    stateful_step_count=40,
     derandomize=True,
     database=None,
     deadline=None,
