@@ -3,9 +3,10 @@
 Runs the Hypothesis state machine `kvclaims.statemachine.testing.MicroRuntimeMachine` in random
 batches until the time is up or an invariant breaks, with a progress bar. Reports which
 lifecycle phases and transitions the runtime reached (against the graph derived from the
-transition table) and how many rule steps and trace events it executed. On a failure,
-Hypothesis prints the minimal rule sequence that shows it. `--planted-bug` fuzzes a runtime
-whose victim exclusion is off by one block, to watch the fuzzer find it.
+transition table) and how many rule steps and trace events it executed. On a failure, it
+prints the minimal rule sequence Hypothesis shrank it to (shrinking may run past the budget).
+`--planted-bug` fuzzes a runtime whose victim exclusion is off by one block, to watch the fuzzer
+find it.
 
 Exit 0 when no invariant broke, 1 when one did, 2 on bad options.
 """
@@ -39,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from kvclaims.statemachine.graph import all_transitions
     from kvclaims.statemachine.lifecycle import Phase
     from kvclaims.statemachine.policies import POLICIES
+    from kvclaims.statemachine.requests import REQUEST_TRANSITIONS
     from kvclaims.statemachine.testing import MicroRuntimeMachine, PlantedBugMachine, fresh_machine, fuzz
 
     if args.minutes <= 0:
@@ -89,8 +91,13 @@ def run(args: argparse.Namespace) -> int:
             ("trace events", str(cov.events)),
             ("phases reached", f"{len(cov.phases)}/{len(Phase)}"),
             ("phases missed", ", ".join(p.value for p in Phase if p not in cov.phases) or "none"),
-            ("transitions reached", f"{len(cov.transitions & possible)}/{len(possible)}"),
+            ("lifecycle transitions reached", f"{len(cov.transitions & possible)}/{len(possible)}"),
+            ("request transitions reached", f"{len(cov.request_transitions)}/{len(REQUEST_TRANSITIONS)}"),
             ("result", report.failure or "no invariant broke"),
         ],
     )
+    if report.example:
+        stdout_console().print("[bold]minimal failing example[/] (replay these calls on the machine):")
+        for line in report.example:
+            print(f"    {line}")
     return Exit.not_sound if report.failure else Exit.ok

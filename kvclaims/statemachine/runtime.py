@@ -120,11 +120,9 @@ class ClaimRecord:
     retained: list[int] = field(default_factory=list)
     accepted_seq: int = 0
     expires_at: int | None = None
-    host_copy: bool = False
     checkpoint: HybridCheckpoint | None = None
     recorded_value_hash: str | None = None
     failing_restore: RestorationOutcome | None = None
-    faults: int = 0
 
     @property
     def required(self) -> int:
@@ -140,9 +138,7 @@ class RequestRecord:
     blocks: list[int] = field(default_factory=list)
     hit_blocks: int = 0
     deferrals: int = 0
-    waited_steps: int = 0
     live_after_chunk: list[int] = field(default_factory=list)
-    live_bound: int | None = None
     outcome: RequestOutcome | None = None
     restored_checkpoint: bool = False
     restore_failed: bool = False
@@ -159,7 +155,6 @@ class RuntimeStats:
     host_restored_blocks: int = 0
     recomputed_blocks: int = 0
     ttl_pins_expired: int = 0
-    ttl_pinned_blocks_peak: int = 0
 
 
 class MicroRuntime:
@@ -447,7 +442,6 @@ class MicroRuntime:
         self._require(claim, Event.offload)
         self._emit("resident_claim_offloaded", {"claim_id": claim_id, "tier": tier})
         self._advance(claim, Event.offload)
-        claim.host_copy = True
         self.stats.host_offloaded_blocks += claim.leading
         self._end_protection(claim)
 
@@ -754,7 +748,6 @@ class MicroRuntime:
             self.pool.hold(block)
         record.blocks = list(hit_blocks)
         record.hit_blocks = len(hit_blocks)
-        record.live_bound = bound
         record.outcome = RequestOutcome.admitted
         self._emit(
             "active_request_admitted",
@@ -863,7 +856,6 @@ class MicroRuntime:
                 return self._restoration_failed(record, claim, self.policy.restoration_failure_outcome)
             self._advance(claim, Event.restore_checkpoint_match)
             record.restored_checkpoint = True
-        claim.host_copy = False
         self._protect_present(claim)
         return True
 
@@ -938,8 +930,6 @@ class MicroRuntime:
                 pool.pin(block)
             pool.release(reversed(record.blocks))
             self._ttl_pins[spec.job_id] = (self.step + ttl, record.blocks)
-            pinned = sum(len(blocks) for _, blocks in self._ttl_pins.values())
-            self.stats.ttl_pinned_blocks_peak = max(self.stats.ttl_pinned_blocks_peak, pinned)
         else:
             pool.release(reversed(record.blocks))
         record.blocks = []
@@ -964,7 +954,6 @@ class MicroRuntime:
             for record in list(self._pending):
                 outcome = self._schedule(record)
                 if outcome is RequestOutcome.waiting:
-                    record.waited_steps += 1
                     self.stats.waiting_request_steps += 1
                 elif record.phase is RequestPhase.admitted:
                     self._admitted_by_clock.append(record.spec.request_id)
@@ -1007,7 +996,6 @@ class MicroRuntime:
             self._invalidate(block)
             return
         self._emit("fault_injected", {"kind": kind.value, "claim_id": claim_id})
-        claim.faults += 1
         if kind is FaultKind.restore_failure:
             claim.failing_restore = outcome or self.policy.restoration_failure_outcome
         else:
@@ -1033,7 +1021,6 @@ class MicroRuntime:
             self._emit(
                 "fault_injected", {"kind": FaultKind.invalid_kv_load.value, "claim_id": claim.spec.claim_id}
             )
-            claim.faults += 1
         for claim in tagged:
             self._emit(
                 "block_removed",

@@ -25,7 +25,7 @@ assert that a profile reached every phase. The `ci` settings profile is determin
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import count
 from typing import Any, ClassVar
@@ -48,7 +48,7 @@ from kvclaims.statemachine.inputs import ClaimSpec, RequestKind, RequestSpec
 from kvclaims.statemachine.lifecycle import Event, Phase
 from kvclaims.statemachine.policies import POLICIES, Policy
 from kvclaims.statemachine.replay import ReplayViolation, TraceReplay
-from kvclaims.statemachine.requests import RequestPhase
+from kvclaims.statemachine.requests import RequestEvent, RequestPhase
 from kvclaims.statemachine.runtime import ClaimRecord, FaultKind, MicroRuntime
 from kvclaims.statemachine.tracing import TraceBuffer
 
@@ -80,6 +80,7 @@ class Coverage:
 
     phases: set[Phase] = field(default_factory=set)
     transitions: set[tuple[Phase, Event, Phase]] = field(default_factory=set)
+    request_transitions: set[tuple[RequestPhase, RequestEvent, RequestPhase]] = field(default_factory=set)
     examples: int = 0
     steps: int = 0
     events: int = 0
@@ -87,6 +88,7 @@ class Coverage:
     def absorb(self, runtime: MicroRuntime, steps: int) -> None:
         self.phases |= runtime.phases_reached
         self.transitions |= runtime.transitions_taken
+        self.request_transitions |= runtime.request_transitions
         self.examples += 1
         self.steps += steps
         self.events += runtime.events_emitted
@@ -417,6 +419,25 @@ class FuzzReport:
     seconds: float
     batches: int
     failure: str | None = None
+    example: list[str] = field(default_factory=list)
+    """The shrunk failing example as rule calls (invariant checks left out)."""
+
+
+def failing_example(failure: BaseException) -> list[str]:
+    """The rule calls of the minimal failing example Hypothesis attached to `failure` as notes
+    (invariant checks left out), ready to replay on a fresh machine."""
+    notes: Iterable[str] = getattr(failure, "__notes__", ())
+    invariants = {
+        name
+        for name, value in vars(MicroRuntimeMachine).items()
+        if hasattr(value, "hypothesis_stateful_invariant")
+    }
+    lines = [line for note in notes for line in str(note).splitlines()]
+    return [
+        line
+        for line in lines
+        if line.startswith("state") and line.split("(")[0].removeprefix("state.") not in invariants
+    ]
 
 
 def fuzz(
@@ -444,6 +465,7 @@ def fuzz(
             run_state_machine_as_test(machine, settings=batch_settings)
         except Exception as failure:  # any crash of the runtime under test is a finding
             report.failure = f"{type(failure).__name__}: {failure}"
+            report.example = failing_example(failure)
         report.batches += 1
         report.seconds = time.monotonic() - start
         if on_batch is not None:

@@ -17,6 +17,7 @@ from kvclaims.statemachine.testing import (
     InvariantBroken,
     MicroRuntimeMachine,
     PlantedBugMachine,
+    failing_example,
     fresh_machine,
     run_machine,
 )
@@ -34,8 +35,11 @@ def test_ci_profile_reaches_every_lifecycle_phase_with_all_invariants_holding() 
 
 @pytest.mark.slow
 def test_ci_profile_finds_the_planted_victim_exclusion_bug() -> None:
-    with pytest.raises(InvariantBroken, match=r"^victim_exclusion_before_violation"):
+    with pytest.raises(InvariantBroken, match=r"^victim_exclusion_before_violation") as caught:
         run_machine(fresh_machine(PlantedBugMachine), CI)
+    example = failing_example(caught.value)
+    assert example[0].startswith("state = ") and len(example) > 1
+    assert not any("victim_exclusion_before_violation" in line for line in example)
 
 
 def test_the_planted_bug_really_is_off_by_one() -> None:
