@@ -240,5 +240,6 @@ def _summary(runtime: MicroRuntime, buffer: TraceBuffer) -> dict[str, Any]:
             "active": census.active,
             "pinned": census.pinned,
         },
+        "evicted_blocks": runtime.stats.evicted_blocks,
         "arbiter": runtime.arbiter_log,
     }
