@@ -112,3 +112,10 @@ def test_fuzz_runs_with_a_budget_and_reports_coverage(capsys: pytest.CaptureFixt
 def test_fuzz_refuses_bad_options() -> None:
     assert main(["fuzz", "--minutes", "0"]) == 2
     assert main(["fuzz", "--policy", "nope"]) == 2
+
+
+def test_lifecycle_by_profile(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["lifecycle", "--profile", "preserving-offloadable-two-key", "--format", "table"]) == 0
+    assert "checkpoint_mismatch" in capsys.readouterr().out
+    assert main(["lifecycle", "--profile", "nope"]) == 2
+    assert main(["lifecycle", "--profile", "preserving", "--mode", "best_effort"]) == 2
