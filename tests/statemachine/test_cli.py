@@ -119,3 +119,15 @@ def test_lifecycle_by_profile(capsys: pytest.CaptureFixture[str]) -> None:
     assert "checkpoint_mismatch" in capsys.readouterr().out
     assert main(["lifecycle", "--profile", "nope"]) == 2
     assert main(["lifecycle", "--profile", "preserving", "--mode", "best_effort"]) == 2
+
+
+def test_demo_stage_writes_scenario_traces_and_reports_headlines(tmp_path: Path) -> None:
+    from kvclaims.cli.demo import STAGES
+    from kvclaims.cli.scenario import demo_stage
+
+    assert ("MicroRuntime scenarios", demo_stage) in STAGES
+    headline = demo_stage(tmp_path)
+    assert "60+70=130>80, shortfall 50" in headline and "3 controls rejected" in headline
+    summary = json.loads((tmp_path / "scenarios" / "summary.json").read_text())
+    assert summary["live-scheduler-pressure"]["summary"]["capacity_proof"]["capacity_shortfall_blocks"] == 18
+    assert (tmp_path / "scenarios" / "capacity-sweep" / "hard_protected-80.ndjson").is_file()
