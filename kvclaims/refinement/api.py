@@ -23,6 +23,7 @@ from kvclaims.refinement.decoding import EVENT_NAME
 from kvclaims.refinement.reader import HeaderInfo, TraceInputError
 from kvclaims.refinement.sources import AUTO, FORMATS, Opener, detect, open_source
 from kvclaims.refinement.verdict import (
+    RULE_ERROR_CLASS,
     Counterexample,
     ErrorClass,
     Finding,
@@ -97,7 +98,7 @@ def check_source(
     run = _Run(name, fmt, budget)
     with opener() as raw:
         stream: IO[bytes] = _Counting(raw, progress) if progress is not None else raw
-        verdict = run.check(lambda: open_source(opener, stream, fmt, registry=registry_path))
+        verdict = run.check(lambda: open_source(stream, fmt, registry=registry_path))
     if verdict.outcome is Outcome.rejected and run.rejection is not None:
         prefix = _minimal_prefix(opener, fmt, registry_path, run.header, run.rejection)
         verdict = _with_prefix(verdict, prefix)
@@ -171,8 +172,6 @@ def _verdict(
     finding = fields.get("finding")
     counterexample = fields.get("counterexample")
     if counterexample is not None:
-        from kvclaims.refinement.verdict import RULE_ERROR_CLASS
-
         fields["error_class"] = RULE_ERROR_CLASS[counterexample.rule]
     elif finding is not None:
         fields["error_class"] = finding.error_class
@@ -265,7 +264,7 @@ def _minimal_prefix(
     projection = _Projection(target, rejection.ids)
     try:
         with opener() as stream:
-            open_source(opener, stream, fmt, registry=registry).drive(projection)
+            open_source(stream, fmt, registry=registry).drive(projection)
     except _Past:
         pass
     except (TraceInputError, Undecidable):

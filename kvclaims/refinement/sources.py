@@ -182,7 +182,7 @@ def detect(opener: Opener) -> str | None:
     return matches[0] if len(matches) == 1 else None
 
 
-def open_source(opener: Opener, stream: IO[bytes], fmt: str, *, registry: Path | None) -> Source:
+def open_source(stream: IO[bytes], fmt: str, *, registry: Path | None) -> Source:
     """The source for `fmt` (a concrete format name) over an open `stream`."""
     if fmt == kvclaims_v1.FORMAT:
         return kvclaims_v1.KvclaimsV1Source(stream)
