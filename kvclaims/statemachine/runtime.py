@@ -547,12 +547,17 @@ class MicroRuntime:
             )
         if spec.reuse_claim is not None:
             claim = self._claim(spec.reuse_claim)
+            why = None
             if claim.phase in (Phase.absent, Phase.submitted, Phase.rejected, Phase.released):
+                why = f"which is {claim.phase}"
+            elif spec.object_id != claim.spec.object_id:
+                why = f"but reads {spec.object_id}, not the claim's object {claim.spec.object_id}"
+            if why is not None:
                 raise InputError(
                     [
                         Problem(
                             self.header["source"],
-                            f"request {spec.request_id} reuses {spec.reuse_claim}, which is {claim.phase}",
+                            f"request {spec.request_id} reuses {spec.reuse_claim}, {why}",
                             field="reuse_claim",
                         )
                     ]
@@ -799,11 +804,12 @@ class MicroRuntime:
         """A request returns to a claim's object. Offloaded claims are restored first (restore
         before reuse); a failed restore ends in a claim-scoped refusal. False if refused."""
         spec = record.spec
-        if claim.phase is Phase.offloaded:
-            if not self._restore(record, claim):
-                return False
+        covers = spec.blocks >= claim.required  # a shorter request never reads the whole predicate
+        if claim.phase is Phase.offloaded and covers and not self._restore(record, claim):
+            return False
         satisfied = (
-            not record.restore_failed
+            covers
+            and not record.restore_failed
             and claim.phase in SATISFIABLE
             and claim.leading >= claim.required
             and (not claim.spec.two_key or (claim.phase is Phase.materialized and record.restored_checkpoint))

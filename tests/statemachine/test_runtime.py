@@ -188,3 +188,19 @@ def test_close_reports_a_claim_that_still_owes_an_event() -> None:
     rt.claims["c"].phase = Phase.breached
     with pytest.raises(LifecycleBug, match="without resident_claim_harmed"):
         rt.close()
+
+
+def test_a_reuse_reads_the_claims_object_and_is_satisfied_only_if_it_covers_the_predicate() -> None:
+    rt, buffer = runtime(policy="offloadable")
+    resident(rt, "c", M.offloadable, 8)
+    with pytest.raises(InputError, match="not the claim's object"):
+        rt.submit_request(RequestSpec("other", "elsewhere", 8, reuse_claim="c"))
+    rt.run_request(RequestSpec("short", "obj-c", 4, reuse_claim="c"))
+    rt.offload("c")
+    rt.run_request(RequestSpec("short-offloaded", "obj-c", 4, reuse_claim="c"))
+    reuses = [
+        (e["request_id"], e["predicate_satisfied"]) for e in buffer.events if e["event"] == "request_reused"
+    ]
+    assert reuses == [("short", False), ("short-offloaded", False)]
+    assert rt.claims["c"].phase is Phase.offloaded  # nothing was restored for a request that did not need it
+    replay_events(rt.header, buffer.events)
