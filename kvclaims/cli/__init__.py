@@ -22,6 +22,8 @@ COMMANDS: tuple[str, ...] = (
     "lower",
     "matrix",
     "schema",
+    "prove",
+    "adversary",
     "lifecycle",
     "scenario",
     "fuzz",

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kvclaims.cli._common import Exit, stdout_console
+from kvclaims.cli.adversary import demo_stage as adversary_demo_stage
+from kvclaims.cli.prove import demo_stage as prove_demo_stage
 from kvclaims.cli.scenario import demo_stage as scenario_demo_stage
 from kvclaims.cli.vllm import demo_stage as vllm_demo_stage
 
@@ -75,6 +77,8 @@ STAGES: tuple[tuple[str, Stage], ...] = (
     ("schemas", _schemas),
     ("refinement corpus", _refinement_corpus),
     ("MicroRuntime scenarios", scenario_demo_stage),
+    ("proofs (Z3)", prove_demo_stage),
+    ("adversary (Z3)", adversary_demo_stage),
     ("vLLM scheduler lane", vllm_demo_stage),
 )
 

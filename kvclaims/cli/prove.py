@@ -1,9 +1,11 @@
 """`kvclaims prove [NAME...] [--out DIR] [--check] [--list]`: run the named proof obligations.
 
 Without NAME every obligation runs and DIR (default `proofs`) gets `<name>.json` for each plus
-`REPORT.md` (statement, method, verdict, time, z3 version). With NAMEs (exact names, or a
-prefix ending in `.` such as `lifecycle.`) only those run and only their JSON is written.
-`--check` writes nothing and compares with DIR instead (what CI runs).
+`REPORT.md` (statement, method, verdict, time, z3 version), and the generated table of what
+would make each shipped runtime native (`native-upgrades.md` / `.json`, from the descriptors
+in `--descriptors`). With NAMEs (exact names, or a prefix ending in `.` such as `lifecycle.`)
+only those run and only their JSON is written. `--check` writes nothing and compares with DIR
+instead (what CI runs).
 
 Exit codes: 0 every obligation proved (and, with --check, nothing drifted); 1 an obligation
 failed or was unknown, or a committed file drifted; 2 an unknown obligation name.
@@ -34,13 +36,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("names", nargs="*", metavar="NAME", help="obligations to run (default: all)")
     parser.add_argument("--out", type=Path, default=Path("proofs"), metavar="DIR", help="default: proofs")
     parser.add_argument("--check", action="store_true", help="compare with DIR instead of writing")
+    parser.add_argument(
+        "--descriptors", type=Path, default=Path("descriptors"), metavar="DIR", help="default: descriptors"
+    )
     parser.add_argument("--list", action="store_true", help="list the obligations and exit")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from kvclaims.solver.proofs import all_obligations, run_obligation
-    from kvclaims.solver.report import drifted, write_results
+    from kvclaims.solver.report import drifted, drifted_files, write_files, write_results
 
     obligations = all_obligations()
     if args.list:
@@ -65,16 +70,31 @@ def run(args: argparse.Namespace) -> int:
     console = stdout_console()
     proved = sum(1 for r in results if r.proved)
     console.print(f"{proved}/{len(results)} proved in {sum(r.seconds for r in results):.2f} s")
+    generated = _upgrades(args.descriptors, args.out) if complete else {}
     if args.check:
-        problems = drifted(results, args.out, complete=complete)
+        problems = drifted(results, args.out, complete=complete) + drifted_files(generated)
         for problem in problems:
             stderr_console().print(f"[bold red]drift:[/] {problem}")
         if problems:
             stderr_console().print("regenerate with: kvclaims prove --out " + str(args.out))
         return Exit.ok if proved == len(results) and not problems else Exit.not_sound
     write_results(results, args.out, report=complete)
-    console.print(f"wrote {len(results)} results{' and REPORT.md' if complete else ''} to {args.out}/")
+    write_files(generated)
+    extra = " and REPORT.md, native-upgrades.md/.json" if complete else ""
+    console.print(f"wrote {len(results)} results{extra} to {args.out}/")
     return Exit.ok if proved == len(results) else Exit.not_sound
+
+
+def _upgrades(descriptors: Path, out: Path) -> dict[Path, str]:
+    """The native-upgrade table for the descriptors in `descriptors` (none when it is empty)."""
+    from kvclaims.solver.report import upgrades_files
+    from kvclaims.solver.upgrades import upgrades, upgrades_json, upgrades_markdown
+    from kvclaims.spec.descriptor import descriptor_paths, load_descriptors
+
+    if not descriptors.is_dir() or not descriptor_paths([descriptors]):
+        return {}
+    found = upgrades(load_descriptors([descriptors]))
+    return upgrades_files(out, upgrades_json(found), upgrades_markdown(found))
 
 
 def _select(obligations: Sequence[ProofObligation], names: list[str]) -> list[ProofObligation]:
@@ -107,3 +127,24 @@ def progress_steps(total: int, label: str) -> Iterator[Callable[[str], None]]:
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task(label, total=total)
         yield lambda description: bar.update(task, advance=1, description=description)
+
+
+def demo_stage(out: Path) -> str:
+    """`kvclaims demo`: run every obligation into OUT/proofs and compare with the committed ones."""
+    from kvclaims.solver.proofs import all_obligations, run_obligation
+    from kvclaims.solver.report import drifted, write_results
+
+    committed = Path(__file__).resolve().parents[2] / "proofs"
+    results = [run_obligation(o) for o in all_obligations()]
+    write_results(results, out / "proofs", report=True)
+    proved = sum(1 for r in results if r.proved)
+    seconds = sum(r.seconds for r in results)
+    drift = drifted(results, committed, complete=True) if committed.is_dir() else ["no committed proofs/"]
+    by_method: dict[str, int] = {}
+    for result in results:
+        by_method[result.method.value] = by_method.get(result.method.value, 0) + 1
+    methods = ", ".join(f"{count} {method}" for method, count in sorted(by_method.items()))
+    status = "same as the committed proofs/" if not drift else f"DRIFT from proofs/: {'; '.join(drift)}"
+    if proved != len(results) or drift:
+        raise RuntimeError(f"{proved}/{len(results)} proved; {status}")
+    return f"{proved}/{len(results)} obligations proved in {seconds:.1f} s ({methods}); {status}"

@@ -67,6 +67,21 @@ def claim_step(profile: z3.ArithRef, phase: z3.ArithRef, event: z3.ArithRef) -> 
     return ClaimStep(any_of(ctx, legal_terms), target)
 
 
+def claim_step_for(profile: ClaimProfile, phase: z3.ArithRef, event: Event) -> ClaimStep:
+    """`claim_step` specialised to a known profile and event: the same table rows in the
+    same order, with the guard and the event decided in Python (a far smaller term)."""
+    ctx = phase.ctx
+    rows = [t for t in TRANSITIONS if t.event is event and profile.admits(t.guard)]
+    legal_terms = []
+    target: z3.ArithRef = phase
+    for transition in reversed(rows):
+        fires = phase == PHASES.index(transition.source)
+        legal_terms.append(fires)
+        goes_to = phase if transition.target is None else z3.IntVal(PHASES.index(transition.target), ctx)
+        target = z3.If(fires, goes_to, target)
+    return ClaimStep(any_of(ctx, legal_terms), target)
+
+
 @dataclass(frozen=True)
 class RequestStep:
     legal: z3.BoolRef

@@ -77,6 +77,7 @@ class SymbolicVerdict:
     in_bundle: dict[Obligation, z3.BoolRef]
     lower_holds: z3.BoolRef
     invalid: z3.BoolRef
+    packed_term: z3.ArithRef | None = None
 
     def label_is(self, label: Label) -> z3.BoolRef:
         return self.label == LABELS.index(label)
@@ -85,22 +86,40 @@ class SymbolicVerdict:
         return z3.Or(self.label_is(Label.native_sound), self.label_is(Label.sound_with_adapter))
 
     def read(self, model: z3.ModelRef) -> ConcreteVerdict:
-        """The verdict these terms take in `model`."""
+        """The verdict these terms take in `model` (one evaluation of `packed()`)."""
+        return self.unpack(model.eval(self.packed(), model_completion=True).as_long())
 
-        def value(term: z3.ExprRef) -> int:
-            return model.eval(term, model_completion=True).as_long()
+    def packed(self) -> z3.ArithRef:
+        """Label, subtype, rule, missing obligations and missing atoms as one integer."""
+        if self.packed_term is None:
+            fields = [
+                self.label,
+                self.subtype + 1,
+                self.rule,
+                z3.Sum([z3.If(flag, 1 << k, 0) for k, flag in enumerate(self.missing.values())]),
+                z3.Sum([z3.If(flag, 1 << k, 0) for k, flag in enumerate(self.missing_atoms.values())]),
+            ]
+            term: z3.ArithRef = fields[0]
+            for shift, value in zip(_SHIFTS[1:], fields[1:], strict=True):
+                term = term + value * (1 << shift)
+            self.packed_term = term
+        return self.packed_term
 
-        def truth(term: z3.BoolRef) -> bool:
-            return z3.is_true(model.eval(term, model_completion=True))
-
-        subtype = value(self.subtype)
-        return ConcreteVerdict(
-            label=LABELS[value(self.label)],
-            subtype=None if subtype == NO_SUBTYPE else SUBTYPES[subtype],
-            decided_by=RULES[value(self.rule)],
-            missing=frozenset(o for o, term in self.missing.items() if truth(term)),
-            missing_atoms=frozenset(a for a, term in self.missing_atoms.items() if truth(term)),
+    def unpack(self, packed: int) -> ConcreteVerdict:
+        label, subtype, rule, missing, atoms = (
+            (packed >> shift) & ((1 << width) - 1) for shift, width in zip(_SHIFTS, _WIDTHS, strict=True)
         )
+        return ConcreteVerdict(
+            label=LABELS[label],
+            subtype=None if subtype == 0 else SUBTYPES[subtype - 1],
+            decided_by=RULES[rule],
+            missing=frozenset(o for k, o in enumerate(self.missing) if missing >> k & 1),
+            missing_atoms=frozenset(a for k, a in enumerate(self.missing_atoms) if atoms >> k & 1),
+        )
+
+
+_WIDTHS = (4, 4, 5, len(Obligation), len(ObservationAtom))
+_SHIFTS = tuple(sum(_WIDTHS[:k]) for k in range(len(_WIDTHS)))
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,8 @@ from kvclaims.solver.proofs import ProofResult, Verdict
 from kvclaims.solver.z3env import DEFAULT_RLIMIT, DEFAULT_SEED, Z3_VERSION
 
 REPORT_NAME = "REPORT.md"
+UPGRADES_JSON = "native-upgrades.json"
+UPGRADES_MD = "native-upgrades.md"
 _TIME = re.compile(r"\b\d+\.\d+ s\b")
 
 
@@ -149,3 +151,23 @@ def _committed_proofs(directory: Path) -> Iterable[Path]:
             continue
         if isinstance(document, dict) and document.get("format") == "kvclaims-proof/1":
             yield path
+
+
+def upgrades_files(directory: Path, json_text: str, markdown: str) -> dict[Path, str]:
+    """The generated native-upgrade table's files and their content."""
+    return {directory / UPGRADES_JSON: json_text, directory / UPGRADES_MD: markdown}
+
+
+def write_files(files: dict[Path, str]) -> None:
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+
+def drifted_files(files: dict[Path, str]) -> list[str]:
+    """Generated files whose committed copy is missing or differs."""
+    return [
+        f"{path.name}: {'missing' if not path.is_file() else 'differs'}"
+        for path, text in files.items()
+        if not path.is_file() or path.read_text(encoding="utf-8") != text
+    ]

@@ -200,6 +200,7 @@ class SymbolicDescriptor:
     depth: z3.ArithRef = field(init=False)
     inferred: dict[Obligation, z3.ArithRef] = field(init=False)
     names: dict[int, str] = field(init=False)
+    python_names: dict[int, str] = field(init=False)
 
     def __post_init__(self) -> None:
         job, p = self.job, self.prefix
@@ -226,6 +227,8 @@ class SymbolicDescriptor:
         self.depth = job.int(f"{p}.depth")
         self.inferred = {o: job.int(f"{p}.inferred.{o.value}") for o in OBLIGATIONS}
         self.names = {var.get_id(): var.decl().name() for var in self.variables()}
+        # the same names keyed by the Python object (these objects live as long as `self`)
+        self.python_names = {id(var): self.names[var.get_id()] for var in self.variables()}
 
     def variables(self) -> list[z3.ExprRef]:
         """Every Z3 constant of this descriptor."""
@@ -335,16 +338,19 @@ class SymbolicDescriptor:
         when there are any (the digest of a template anchor is dropped: a copy is not the
         file it was verified against), otherwise synthesized.
         """
+        return self.decode_values(model_values(model), base, runtime)
 
-        assigned = model_values(model)
-
-        names = self.names
+    def decode_values(
+        self, assigned: Mapping[str, int | bool], base: Descriptor | None = None, runtime: str = "solver"
+    ) -> dict[str, Any]:
+        """`decode` from the value of every variable by name (absent names take 0 / false)."""
+        names = self.python_names
 
         def value(term: z3.ExprRef) -> int:
-            return int(assigned.get(names[term.get_id()], 0))
+            return int(assigned.get(names[id(term)], 0))
 
         def truth(term: z3.BoolRef) -> bool:
-            return bool(assigned.get(names[term.get_id()], False))
+            return bool(assigned.get(names[id(term)], False))
 
         signals = [s for s in SIGNALS if truth(self.signals[s])]
         native: list[dict[str, Any]] = []
@@ -461,8 +467,7 @@ def anchor_document(
     if defect is AnchorDefect.absent:
         return None
     if template is not None and template.counts:
-        base = template.model_dump(mode="json", exclude_defaults=True)
-        base.pop("sha256", None)
+        base = dict(_template_document(template))
     else:
         kind = _KIND_BY_SCOPE.get(scope, AnchorKind.trace)
         suffix = {"docs": "md", "source": "py", "artifact": "json", "trace": "jsonl"}[kind.value]
@@ -486,6 +491,20 @@ def anchor_document(
     elif defect is AnchorDefect.digest_unverified:
         base["sha256"] = BOGUS_SHA256
     return base
+
+
+_TEMPLATES: dict[int, tuple[Anchor, dict[str, Any]]] = {}
+
+
+def _template_document(template: Anchor) -> dict[str, Any]:
+    """A counting template anchor as a document, without its digest (cached per template:
+    `model_dump` per decoded mutant was a visible cost)."""
+    cached = _TEMPLATES.get(id(template))
+    if cached is None or cached[0] is not template:
+        document = template.model_dump(mode="json", exclude_defaults=True)
+        document.pop("sha256", None)
+        cached = _TEMPLATES[id(template)] = (template, document)
+    return cached[1]
 
 
 def defect_of(anchor: Anchor | None) -> AnchorDefect:

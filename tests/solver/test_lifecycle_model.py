@@ -63,3 +63,20 @@ def test_no_transition_row_is_shadowed_by_an_earlier_row() -> None:
             p for p in ALL_PROFILES if p.admits(row.guard) and not any(p.admits(t.guard) for t in earlier)
         ]
         assert reachable_by, f"row {index} {row} is shadowed"
+
+
+def test_specialised_claim_relation_agrees_with_step() -> None:
+    from kvclaims.solver.lifecycle_model import claim_step_for
+
+    job = Job()
+    phase = job.int("phase")
+    for p in PROFILES:
+        for e in EVENTS:
+            relation = claim_step_for(p, phase, e)
+            for s_index, s in enumerate(PHASES):
+                values = [(phase, job.val(s_index))]
+                expected = step(p, s, e)
+                legal = z3.is_true(_evaluate(relation.legal, values))
+                assert legal == (not isinstance(expected, Violation)), (p, s, e)
+                if legal:
+                    assert PHASES[_evaluate(relation.target, values).as_long()] is expected
