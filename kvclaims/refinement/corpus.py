@@ -1,6 +1,6 @@
 """The seed artifact's labelled trace corpus: every trace's verdict beside the source's label.
 
-The corpus (`../shared/corpus/` next to the repository, or `$KVCLAIMS_CORPUS`) holds one folder
+The corpus (`$KVCLAIMS_CORPUS`, or the workplace's `shared/corpus/`) holds one folder
 per source repository with a `MANIFEST.json` whose `traces` list names each trace file, its
 lane and the label the source repository itself assigned (`gate_verdict`, `role`). The source's
 labels come from gates that count events; ours come from refinement, so they can differ, and
@@ -23,10 +23,23 @@ from kvclaims.spec.vocabulary import Obligation
 CORPUS_ENV = "KVCLAIMS_CORPUS"
 
 
+_REPOSITORY = Path(__file__).resolve().parents[2]
+CORPUS_CANDIDATES: tuple[Path, ...] = (
+    _REPOSITORY / "shared" / "corpus",
+    _REPOSITORY.parent / "shared" / "corpus",
+    Path("/work/shared/corpus"),
+)
+"""Where the workplace keeps `shared/`: inside the checkout, beside it, or at its fixed home.
+The corpus is external test data and is never committed to this repository."""
+
+
 def default_corpus() -> Path:
-    """`$KVCLAIMS_CORPUS`, else `shared/corpus` beside the repository checkout."""
+    """`$KVCLAIMS_CORPUS`, else the first candidate that exists (else the first candidate,
+    so that a missing corpus is reported at a real path)."""
     configured = os.environ.get(CORPUS_ENV)
-    return Path(configured) if configured else Path(__file__).resolve().parents[3] / "shared" / "corpus"
+    if configured:
+        return Path(configured)
+    return next((c for c in CORPUS_CANDIDATES if c.is_dir()), CORPUS_CANDIDATES[1])
 
 
 @dataclass(frozen=True)
