@@ -6,8 +6,9 @@
 1. count evidence: an item counts iff it is present, admitted at the row's depth, supported,
    anchored, of a scope its slot and obligation allow, allowed by `depth_supplies` at its slot,
    (telemetry_join) under all join preconditions, and not contradicted by another status of the
-   same obligation at the same slot; the supplier is the first counting item at the shallowest
-   slot (candidate order), whose scope decides the policy-under-pressure subtype;
+   same obligation at the same slot; the supplier is a counting item at the shallowest slot
+   with the first scope in declaration order, whose scope decides the policy-under-pressure
+   subtype;
 2. the ladder native_sound > sound_with_adapter > approximate > unknown;
 3. the overrides: invalid (any inference citing an absent primitive or a category error), then,
    only where the ladder is not sound, rejected (forbidden lowering, misattributed inference,
@@ -209,7 +210,6 @@ def judge(d: SymbolicDescriptor, facts: Facts) -> SymbolicVerdict:
     supplied_scope: dict[Obligation, z3.ArithRef] = {}
     for obligation in OBLIGATIONS:
         sites = [i for i in range(len(layout.evidence)) if obligations[i] == obligation]
-        by_rank = sorted(sites, key=lambda i: layout.slot(layout.evidence[i]).rank)
         supplied[obligation] = any_of(ctx, [counting[i] for i in sites])
         rank: z3.ArithRef = num(-1)
         for depth in reversed(DEPTHS):
@@ -217,9 +217,12 @@ def judge(d: SymbolicDescriptor, facts: Facts) -> SymbolicVerdict:
             if at_depth:
                 rank = z3.If(any_of(ctx, [counting[i] for i in at_depth]), num(DEPTHS.index(depth)), rank)
         supplied_rank[obligation] = rank
-        scope: z3.ArithRef = num(-1)
-        for i in reversed(by_rank):
-            scope = z3.If(counting[i], d.evidence[i].scope, scope)
+        scope: z3.ArithRef = num(-1)  # the shallowest slot, then the first scope in SCOPES order
+        for depth in reversed(DEPTHS):
+            at_depth = [i for i in sites if layout.slot(layout.evidence[i]) is depth]
+            for k in reversed(range(len(SCOPES))) if at_depth else ():
+                found = any_of(ctx, [z3.And(counting[i], d.evidence[i].scope == k) for i in at_depth])
+                scope = z3.If(found, num(k), scope)
         supplied_scope[obligation] = scope
 
     missing = {o: z3.And(in_bundle[o], z3.Not(supplied[o])) for o in OBLIGATIONS}

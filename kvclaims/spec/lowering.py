@@ -66,6 +66,7 @@ from kvclaims.spec.vocabulary import (
 
 NATIVE = AdapterDepth.none
 Rule = LoweringRule
+_SCOPE_RANK = {scope: rank for rank, scope in enumerate(EvidenceScope)}
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,9 @@ def _finding(obligation: Obligation, candidates: list[_Candidate]) -> Obligation
             discounted.extend(problems)
         else:
             counting.append(candidate)
-    supplier = min(counting, key=lambda c: c.slot.rank, default=None)
+    # The shallowest slot, then the first scope in declaration order: the verdict (its
+    # supplied_scope, hence its subtype) must not depend on the order items are listed in.
+    supplier = min(counting, key=lambda c: (c.slot.rank, _SCOPE_RANK[c.item.scope]), default=None)
     return ObligationFinding(
         obligation=obligation,
         code=OBLIGATION_CODES[obligation],

@@ -114,3 +114,50 @@ def test_model_agrees_with_lower_on_random_descriptors_of_the_bound(
     document = d.decode(model)
     Descriptor.model_validate(document)
     assert shared.v.read(model) == python_verdict(document)
+
+
+def test_the_verdict_does_not_depend_on_the_order_evidence_is_listed() -> None:
+    """Regression (found while mirroring the supplier choice in the model): two counting
+    items at the same slot with different scopes used to make the subtype depend on which was
+    listed first (adapter_policy_under_pressure vs adapter_observational)."""
+    from kvclaims.spec.lowering import lower
+    from kvclaims.spec.tables import TELEMETRY_JOIN_PRECONDITIONS
+    from kvclaims.spec.vocabulary import AdapterDepth, ProtectionMode
+
+    anchor = {"kind": "trace", "path": "t.jsonl", "note": "n", "ordering": "seq", "claim_scope": "claim_id"}
+    items = [
+        {"obligation": o, "status": "supported", "scope": "litmus_trace", "anchor": anchor}
+        for o in (
+            "claim_identity",
+            "materialization_predicate",
+            "claim_materialized_event",
+            "claim_scoped_telemetry",
+        )
+    ]
+    pressured = {
+        "obligation": "claim_identity",
+        "status": "supported",
+        "scope": "controlled_pressure",
+        "anchor": anchor,
+    }
+    verdicts = []
+    for evidence in ([pressured, *items], [*items, pressured]):
+        descriptor = Descriptor.model_validate(
+            {
+                "descriptor": 1,
+                "runtime": "x",
+                "surface": "x",
+                "version": "1",
+                "adapters": [
+                    {
+                        "name": "join",
+                        "depth": "telemetry_join",
+                        "preconditions": {p.value: True for p in TELEMETRY_JOIN_PRECONDITIONS},
+                        "evidence": evidence,
+                    }
+                ],
+            }
+        )
+        verdicts.append(lower(descriptor, ProtectionMode.best_effort, AdapterDepth.telemetry_join))
+    assert verdicts[0].label.is_sound
+    assert verdicts[0].subtype == verdicts[1].subtype
