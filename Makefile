@@ -45,6 +45,7 @@ lint: setup
 reports: setup
 	$(VENV)/bin/kvclaims schema --out schemas
 	$(VENV)/bin/kvclaims matrix descriptors -o reports
+	$(VENV)/bin/kvclaims prove --out proofs
 
 clean:
 	rm -rf $(VENV) kvclaims-out .pytest_cache .hypothesis
