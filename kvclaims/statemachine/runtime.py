@@ -57,13 +57,14 @@ RESPONSIBLE = frozenset({Phase.accepted, Phase.materialized, Phase.offloaded, Ph
 SATISFIABLE = frozenset({Phase.materialized, Phase.demoted, Phase.expired, Phase.released})
 """Phases from which a reuse may report the predicate satisfied (if the blocks are there)."""
 
-TRACKED = RESPONSIBLE | {Phase.demoted, Phase.expired}
-"""Phases in which stored blocks of the claim's object are reported with its claim_id (after
-demotion or expiry the claim is no longer protected, but its post-release loss is reported)."""
+SETTLED = frozenset({Phase.demoted, Phase.expired})
+"""Phases after responsibility ended: the claim keeps naming the blocks it still holds (their
+later loss is reported as post-release loss), but tags no new ones; with its last block gone
+the runtime forgets it."""
 
 RETIRED = frozenset({Phase.released, Phase.harmed})
-"""Phases after which the runtime forgets the claim's blocks: they are ordinary cache entries,
-and block events no longer name the claim."""
+"""Phases after which the runtime forgets the claim's blocks at once: they are ordinary cache
+entries, and block events no longer name the claim."""
 
 _RESTORATION_EVENT = {
     RestorationOutcome.refusal: Event.fail_restoration_refusal,
@@ -116,6 +117,7 @@ class ClaimRecord:
     protected_blocks: int = 0
     block_at: list[int] = field(default_factory=list)
     leading: int = 0
+    held: int = 0
     pinned: list[int] = field(default_factory=list)
     retained: list[int] = field(default_factory=list)
     accepted_seq: int = 0
@@ -326,6 +328,7 @@ class MicroRuntime:
     def _tag(self, claim: ClaimRecord, position: int, block: int) -> None:
         """`block` now holds the claim's `position`: protect it as the policy says."""
         claim.block_at[position] = block
+        claim.held += 1
         if claim.phase not in RESPONSIBLE or position >= self.pin_limit(claim):
             return
         if claim.protection is Protection.pin:
@@ -353,6 +356,7 @@ class MicroRuntime:
         """The claim's block at `position` left the pool: update the prefix, report breakage."""
         block = claim.block_at[position]
         claim.block_at[position] = -1
+        claim.held -= 1
         if position in claim.pinned:
             claim.pinned.remove(position)
         if position in claim.retained:
@@ -379,6 +383,8 @@ class MicroRuntime:
                     "resident_claim_lost", {"claim_id": claim.spec.claim_id, "leading_blocks": claim.leading}
                 )
                 self._advance(claim, Event.lose)
+        if claim.held == 0 and claim.phase in SETTLED:
+            self._forget(claim)
 
     def _end_protection(self, claim: ClaimRecord) -> None:
         """Responsibility ended (or moved off the GPU): unpin tail first, drop retention; a
@@ -391,10 +397,16 @@ class MicroRuntime:
         claim.retained.clear()
         if claim.phase not in RESPONSIBLE:
             self._pinning.pop(claim.spec.claim_id, None)
-        if claim.phase in RETIRED:
-            self._claims_on[claim.spec.object_id].remove(claim)
-            claim.block_at = [-1] * claim.spec.footprint_blocks
-            claim.leading = 0
+        if claim.phase in RETIRED or (claim.phase in SETTLED and claim.held == 0):
+            self._forget(claim)
+
+    def _forget(self, claim: ClaimRecord) -> None:
+        """The claim names no block any more: drop it from its object's index."""
+        claims = self._claims_on[claim.spec.object_id]
+        if claim in claims:
+            claims.remove(claim)
+        claim.block_at = [-1] * claim.spec.footprint_blocks
+        claim.held = claim.leading = 0
 
     def _claim(self, claim_id: str) -> ClaimRecord:
         claim = self.claims.get(claim_id)
@@ -481,7 +493,7 @@ class MicroRuntime:
         tagged = [
             c
             for c in claims
-            if position < c.spec.footprint_blocks and c.phase in TRACKED and c.block_at[position] < 0
+            if position < c.spec.footprint_blocks and c.phase in RESPONSIBLE and c.block_at[position] < 0
         ]
         if not tagged:
             self._emit("block_stored", {"block_id": block, "block_hash": block_hash})
