@@ -193,3 +193,17 @@ def test_retired_ids_remember_every_id_across_merges(monkeypatch) -> None:
     assert all(i in retired for i in ids[::2])
     assert not any(i in retired for i in ids[1::2])
     assert len(retired) == 10_000
+
+
+@pytest.mark.parametrize("settle", ["released", "demoted", "expired"])
+def test_post_release_loss_may_name_the_settled_claim(settle: str) -> None:
+    """Seed 001 table 4: loss after release, demotion or expiry is post-release loss, not harm,
+    and naming the claim on the removed block is legal however the checker stores it."""
+    trace = TraceBuilder(usable_blocks=80)
+    trace.accept("claim:a", mode="hard_protected", blocks=2)
+    trace.store_prefix("claim:a", 2)
+    trace.materialize("claim:a", 2)
+    trace.claim_event(settle, "claim:a")
+    trace.remove_block("claim:a", 1)
+    verdict = check_bytes(trace.ndjson())
+    assert verdict.outcome is Outcome.accepted, verdict
