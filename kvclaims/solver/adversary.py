@@ -87,87 +87,58 @@ class _Shape:
 
 
 def _base_layout(row: PositiveRow, facts: Facts) -> tuple[Layout, _Shape]:
+    """The row's exact layout plus the spare sites the classes need (see the module docstring)."""
     exact = Layout.of(row.descriptor)
     bundle = facts.mode_bundles[row.mode]
     adapters = list(exact.adapters)
-    native = [s for s in exact.evidence if s.adapter is None]
-    by_adapter: dict[int, list[EvidenceSite]] = defaultdict(list)
-    for site in exact.evidence:
-        if site.adapter is not None:
-            by_adapter[site.adapter].append(site)
-    # twins: a contradicting item next to every bundle item, in the same list
-    sites: list[tuple[EvidenceSite, str, int | None]] = []
-    for site in native:
-        sites.append((site, "original", None))
-    for site in native:
-        if obligation_of(site.name, facts) in bundle:
-            sites.append((EvidenceSite(site.name, None), "twin", native.index(site)))
-    for index in range(len(exact.adapters)):
-        for site in by_adapter[index]:
-            sites.append((site, "original", None))
-        for position, site in enumerate(by_adapter[index]):
-            if obligation_of(site.name, facts) in bundle:
-                sites.append((EvidenceSite(site.name, index), "twin", (index, position)))  # type: ignore[arg-type]
+    # (site, kind, index of the original item in exact.evidence it derives from)
+    entries: list[tuple[EvidenceSite, str, int | None]] = [
+        (site, "original", k) for k, site in enumerate(exact.evidence)
+    ]
+    entries += [
+        (EvidenceSite(site.name, site.adapter), "twin", k)
+        for k, site in enumerate(exact.evidence)
+        if obligation_of(site.name, facts) in bundle
+    ]
     copy_of: dict[int, int] = {}
-    # copies of every adapter's bundle items at every shallower depth and at routing_hook (the
-    # redeclaration classes); a copy is its own adapter, named after the original
     for index, adapter in enumerate(exact.adapters):
         for depth in DEPTHS[1:]:
             if depth is adapter.depth or (depth > adapter.depth and depth is not D.routing_hook):
                 continue
-            adapters.append(
-                AdapterSite(
-                    f"{adapter.name}-as-{depth.value.replace('_', '-')}", depth, adapter.trust_boundary
-                )
-            )
+            name = f"{adapter.name}-as-{depth.value.replace('_', '-')}"
+            adapters.append(AdapterSite(name, depth, adapter.trust_boundary))
             copy_of[len(adapters) - 1] = index
-            for position, site in enumerate(by_adapter[index]):
-                if obligation_of(site.name, facts) in bundle:
-                    sites.append(
-                        (EvidenceSite(site.name, len(adapters) - 1, site.template), "copy", (index, position))
-                    )  # type: ignore[arg-type]
+            entries += [
+                (EvidenceSite(site.name, len(adapters) - 1, site.template), "copy", k)
+                for k, site in enumerate(exact.evidence)
+                if site.adapter == index and obligation_of(site.name, facts) in bundle
+            ]
     enforcement = [o for o in Obligation if o in bundle and o in facts.enforcement_obligations]
     telemetry_adapter = None
     if enforcement:
         adapters.append(AdapterSite(SPARE_TELEMETRY_ADAPTER, D.telemetry_join))
         telemetry_adapter = len(adapters) - 1
-        sites += [(EvidenceSite(o.value, telemetry_adapter), "telemetry", None) for o in enforcement]
+        entries += [(EvidenceSite(o.value, telemetry_adapter), "telemetry", None) for o in enforcement]
     # candidate order: native first, then adapters in list order (stable inside each)
-    ordered = sorted(
-        range(len(sites)), key=lambda k: -1 if sites[k][0].adapter is None else sites[k][0].adapter
+    order = sorted(
+        range(len(entries)), key=lambda n: -1 if entries[n][0].adapter is None else entries[n][0].adapter
     )
-    layout = Layout(tuple(adapters), tuple(sites[k][0] for k in ordered), exact.observations)
-    position_of = {k: n for n, k in enumerate(ordered)}
-    exact_index = {}
-    native_count = 0
-    for k, (site, kind, _) in enumerate(sites):
-        if kind == "original":
-            if site.adapter is None:
-                exact_index[("native", native_count)] = position_of[k]
-                native_count += 1
-    originals = tuple(position_of[k] for k, (_, kind, _) in enumerate(sites) if kind == "original")
-    adapter_original: dict[tuple[int, int], int] = {}
-    counters: dict[int, int] = defaultdict(int)
-    for k, (site, kind, _) in enumerate(sites):
-        if kind == "original" and site.adapter is not None:
-            adapter_original[(site.adapter, counters[site.adapter])] = position_of[k]
-            counters[site.adapter] += 1
-    twin = {}
-    for k, (_, kind, ref) in enumerate(sites):
-        if kind == "twin":
-            original = exact_index[("native", ref)] if isinstance(ref, int) else adapter_original[ref]  # type: ignore[index]
-            twin[original] = position_of[k]
+    position = {n: p for p, n in enumerate(order)}
+    layout = Layout(tuple(adapters), tuple(entries[n][0] for n in order), exact.observations)
+    original_at = {entries[n][2]: position[n] for n in range(len(entries)) if entries[n][1] == "original"}
+    twin: dict[int, int] = {}
     copies: dict[tuple[int, AdapterDepth], list[tuple[int, int]]] = defaultdict(list)
-    for k, (site, kind, ref) in enumerate(sites):
-        if kind == "copy":
-            source_adapter = ref[0]  # type: ignore[index]
-            depth = adapters[site.adapter].depth  # type: ignore[index]
-            copies[(source_adapter, depth)].append((adapter_original[ref], position_of[k]))  # type: ignore[index]
-    telemetry = {
-        obligation_of(site.name, facts): position_of[k]
-        for k, (site, kind, _) in enumerate(sites)
-        if kind == "telemetry"
-    }
+    telemetry: dict[Obligation, int] = {}
+    for n, (site, kind, k) in enumerate(entries):
+        if kind == "twin":
+            twin[original_at[k]] = position[n]
+        elif kind == "copy":
+            assert site.adapter is not None
+            key = (copy_of[site.adapter], adapters[site.adapter].depth)
+            copies[key].append((original_at[k], position[n]))
+        elif kind == "telemetry":
+            telemetry[obligation_of(site.name, facts)] = position[n]
+    originals = tuple(sorted(original_at.values()))
     return layout, _Shape(originals, twin, dict(copies), telemetry, telemetry_adapter, copy_of)
 
 
