@@ -1,8 +1,9 @@
 """kvclaims.solver: the contract as a Z3 model, its named proofs, and adversarial search.
 
-Depends on `kvclaims.spec` and `kvclaims.statemachine` only. Every model here is built by
-iterating over the tables of `kvclaims.spec.tables` and the transition table of
-`kvclaims.statemachine.lifecycle`; none restates a fact. Modules, one concern each:
+Depends on `kvclaims.spec` and `kvclaims.statemachine` only (the refinement checker that
+judges adversarial traces is passed in by the CLI). Every model here is built by iterating over
+the tables of `kvclaims.spec.tables` and the transition tables of `kvclaims.statemachine`; none
+restates a fact. Modules, one concern each:
 
 - `z3env`: one `Job` per solver task (fresh `z3.Context`, fixed seeds, an `rlimit` on every
   solver), so results are reproducible for the pinned z3 version.
@@ -13,6 +14,11 @@ iterating over the tables of `kvclaims.spec.tables` and the transition table of
 - `lifecycle_model`, `capacity_model`: the claim and request machines as transition relations,
   and the capacity arithmetic of refusals.
 - `engines`: validity, Spacer/CHC invariants (re-checked), k-induction and BMC.
-- `obligations`, `report`: the named proofs and the committed `proofs/` directory.
-- `differential`, `adversary`, `upgrades`, `traces`, `positives`, `planted`: search.
+- `proofs` (+ `lowering_proofs`, `lifecycle_proofs`, `capacity_proofs`), `report`: the named
+  proof obligations and the committed `proofs/` directory.
+- `differential`: Z3-driven search for descriptors the model and `lower` judge differently.
+- `positives`, `adversary`: near-miss descriptors of the positive rows that must fail closed.
+- `traces`: adversarial traces by bounded model checking.
+- `upgrades`: what would make each runtime native (`z3.Optimize`).
+- `planted`: a deliberately permissive table, for the self-tests.
 """
