@@ -20,14 +20,10 @@ from dataclasses import dataclass
 import z3
 
 from kvclaims.solver.z3env import Job
+from kvclaims.spec.trace import CAPACITY_PROOF_FIELDS
 
-CAPACITY_FIELDS: tuple[str, ...] = (
-    "protected_resident_blocks",
-    "active_live_blocks_required",
-    "resident_plus_active_blocks",
-    "usable_blocks",
-    "capacity_shortfall_blocks",
-)
+CAPACITY_FIELDS = CAPACITY_PROOF_FIELDS
+"""The refusal numbers the model reasons about, in trace v1's order."""
 
 
 @dataclass(frozen=True)

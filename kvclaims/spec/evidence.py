@@ -22,6 +22,7 @@ from kvclaims.spec._types import (
     StrictBool,
     Text,
 )
+from kvclaims.spec.tables import TELEMETRY_JOIN_PRECONDITIONS
 from kvclaims.spec.vocabulary import (
     AdapterDepth,
     AnchorKind,
@@ -155,7 +156,12 @@ class Adapter(SpecModel):
         return self
 
     def missing_preconditions(self) -> list[TelemetryJoinPrecondition]:
-        return [p for p in TelemetryJoinPrecondition if not self.preconditions.get(p, False)]
+        """The required preconditions (the table's) that this adapter does not assert true."""
+        return [
+            p
+            for p in TelemetryJoinPrecondition
+            if p in TELEMETRY_JOIN_PRECONDITIONS and not self.preconditions.get(p, False)
+        ]
 
 
 class ForbiddenLowering(SpecModel):
