@@ -50,9 +50,7 @@ HOSTILE = (
     {"kvclaims_claim_id": "h", "kvclaims_mode": "soft_priority", "kvclaims_footprint_blocks": 3},
 )
 MAX_DRAIN_STEPS = 3000
-MAX_MODEL_LEN = 640
-"""Tokens a request may reach: every request fits the smallest pool (40 blocks of 16) alone,
-as vLLM guarantees at start-up for real engines; the rules stay below it."""
+BLOCK = 16
 
 CI_SETTINGS = settings(
     max_examples=100,
@@ -146,7 +144,9 @@ class SchedulerFuzz(RuleBasedStateMachine):
                 usable_blocks=usable,
                 max_num_seqs=4,
                 max_num_batched_tokens=128,
-                max_model_len=MAX_MODEL_LEN,
+                # A request may grow to the whole pool, never beyond: vLLM checks this at
+                # start-up for real engines (and rejects longer prompts before scheduling).
+                max_model_len=usable * BLOCK,
                 async_scheduling=async_scheduling,
                 binding=binding,
             )
@@ -160,7 +160,7 @@ class SchedulerFuzz(RuleBasedStateMachine):
         """`blocks` blocks of a shared object, then fresh tokens no other request shares."""
         from kvclaims.vllm_binding.scheduler_lane import prompt_tokens
 
-        head = prompt_tokens(obj, blocks * 16) if obj and blocks else []
+        head = prompt_tokens(obj, blocks * BLOCK) if obj and blocks else []
         tail = prompt_tokens(f"fresh-{self.counter}", suffix_tokens) if suffix_tokens else []
         return head + tail or prompt_tokens(f"fresh-{self.counter}", 1)
 
@@ -207,12 +207,23 @@ class SchedulerFuzz(RuleBasedStateMachine):
     ) -> None:
         request_id = self._request_id()
         head_blocks = min(blocks, OBJECTS[obj]) if obj else 0
-        prompt = self._prompt(obj, head_blocks, suffix + (0 if obj else blocks * 16))
+        prompt = self._prompt(obj, head_blocks, suffix + (0 if obj else blocks * BLOCK))
         extra = None
         candidates = [c for c in self.claims if obj and c.startswith(obj)]
         if attach and candidates:
             extra = {"kvclaims_claim_id": candidates[-1], "kvclaims_owner": owner}
         self.lane.add(request_id, prompt, max_tokens=max_tokens, extra_args=extra)
+
+    @precondition(lambda self: self.lane is not None and self.lane.arbiter.registry.protected_blocks > 0)
+    @rule(excess=st.integers(1, 12), max_tokens=st.integers(1, 8))
+    def pressure_request(self, excess: int, max_tokens: int) -> None:
+        """A fresh request sized to collide with the protected blocks (P + live > usable)
+        while fitting the pool on its own: the arbiter must refuse, defer or demote."""
+        usable = self.lane.spec.usable_blocks
+        live = min(usable, usable - self.lane.arbiter.registry.protected_blocks + excess)
+        tokens = live * BLOCK - max_tokens + 1
+        request_id = self._request_id()
+        self.lane.add(request_id, self._prompt(None, 0, tokens), max_tokens=max_tokens)
 
     @rule(metadata=st.sampled_from(HOSTILE))
     def hostile_request(self, metadata: dict[str, Any]) -> None:

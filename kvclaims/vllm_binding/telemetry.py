@@ -6,8 +6,8 @@ and handed to the file by `flush()`. The scheduler hooks call `flush()` only on 
 vLLM entry point (`add_request`, `schedule`, `update_from_output`, `finish_requests`,
 `reset_prefix_cache`), so the file only ever holds events from points where the scheduler
 state is consistent. Lines reach the operating system at most `SYNC_SECONDS` apart and on
-`close()`; a crash can lose that last fraction of a second, never reorder or tear a line
-that was written before it.
+`close()`: a crash can lose (or cut short) the lines of that last fraction of a second, which
+refinement then reports as a truncated trace; it never reorders lines.
 """
 
 from __future__ import annotations
@@ -16,27 +16,9 @@ import time
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-import msgspec
-
 from kvclaims.spec.trace import TraceHeader, _Event
 
 SYNC_SECONDS = 0.5
-
-_ENCODER = msgspec.json.Encoder()
-
-
-def encode_event(event: _Event) -> bytes:
-    """One trace line: the model's fields then its extra fields, None omitted; the same JSON as
-    `event.model_dump_json(exclude_none=True)` (a test holds them equal), at a fraction of the
-    cost for flat events. Events with nested models (claim terms) go through pydantic."""
-    data = {key: value for key, value in event.__dict__.items() if value is not None}
-    extra = event.__pydantic_extra__
-    if extra:
-        data.update((key, value) for key, value in extra.items() if value is not None)
-    try:
-        return _ENCODER.encode(data)
-    except TypeError:
-        return event.model_dump_json(exclude_none=True).encode()
 
 
 class EventSink(Protocol):
@@ -99,9 +81,13 @@ class TraceSink:
         """Validate one event against its trace v1 model and queue it under the next seq."""
         if self._closed:
             return
-        event = event_type(seq=self._seq, t_ns=time.time_ns(), **fields)
+        fields["seq"] = self._seq
+        fields["t_ns"] = time.time_ns()
+        # The model's own validator and serializer, called directly: the same validation and
+        # JSON as `event_type(**fields).model_dump_json(exclude_none=True)`, a third the cost.
+        event = event_type.__pydantic_validator__.validate_python(fields)
+        self._pending.append(event_type.__pydantic_serializer__.to_json(event, exclude_none=True))
         self._seq += 1
-        self._pending.append(encode_event(event))
 
     def flush(self) -> None:
         """Hand queued lines to the file; sync to the OS if `SYNC_SECONDS` passed."""

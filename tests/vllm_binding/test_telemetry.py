@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from kvclaims.spec.trace import (
     ResidentClaimHarmed,
     TraceHeader,
 )
-from kvclaims.vllm_binding.telemetry import NullSink, TraceSink, encode_event
+from kvclaims.vllm_binding.telemetry import NullSink, TraceSink
 
 HEADER = TraceHeader(kvclaims_trace=1, source="test", usable_blocks=10, block_size=16)
 
@@ -63,35 +64,48 @@ def test_the_null_sink_is_disabled() -> None:
 
 
 @pytest.mark.parametrize(
-    "event",
+    ("event_type", "fields"),
     [
-        ActiveRequestAdmitted(seq=1, t_ns=2, request_id="r", active_live_blocks=3, engine_step=9),
-        RequestFinished(seq=1, t_ns=2, request_id="r", status="abort", stop_reason=None),
-        BlockRemoved(seq=1, t_ns=2, block_id=4, block_hash="ab", claim_id="c", position=0, cache_level=None),
-        ResidentClaimHarmed(seq=1, t_ns=2, claim_id="c", leading_blocks=1, required_blocks=4),
-        ActiveRequestRefused(
-            seq=1,
-            t_ns=2,
-            request_id="r",
-            reason="capacity",
-            blocking_claim_ids=["a", "b"],
-            protected_resident_blocks=60,
-            active_live_blocks_required=70,
-            resident_plus_active_blocks=130,
-            usable_blocks=80,
-            capacity_shortfall_blocks=50,
+        (ActiveRequestAdmitted, {"request_id": "r", "active_live_blocks": 3, "engine_step": 9}),
+        (RequestFinished, {"request_id": "r", "status": "abort", "stop_reason": None}),
+        (
+            BlockRemoved,
+            {"block_id": 4, "block_hash": "ab", "claim_id": "c", "position": 0, "cache_level": None},
         ),
-        ResidentClaimAccepted(
-            seq=1,
-            claim_id="c",
-            owner_scope="o",
-            object_id="c",
-            mode="hard_protected",
-            footprint_blocks=4,
-            predicate=LeadingPrefixAtLeast(blocks=4),
-            request_id="r",
+        (ResidentClaimHarmed, {"claim_id": "c", "leading_blocks": 1, "required_blocks": 4}),
+        (
+            ActiveRequestRefused,
+            {
+                "request_id": "r",
+                "reason": "capacity",
+                "blocking_claim_ids": ["a", "b"],
+                "protected_resident_blocks": 60,
+                "active_live_blocks_required": 70,
+                "resident_plus_active_blocks": 130,
+                "usable_blocks": 80,
+                "capacity_shortfall_blocks": 50,
+            },
+        ),
+        (
+            ResidentClaimAccepted,
+            {
+                "claim_id": "c",
+                "owner_scope": "o",
+                "object_id": "c",
+                "mode": "hard_protected",
+                "footprint_blocks": 4,
+                "predicate": LeadingPrefixAtLeast(blocks=4),
+                "request_id": "r",
+            },
         ),
     ],
 )
-def test_the_fast_encoding_is_pydantics_encoding(event: object) -> None:
-    assert encode_event(event).decode() == event.model_dump_json(exclude_none=True)  # type: ignore[attr-defined]
+def test_each_line_is_the_models_own_json(event_type: type, fields: dict[str, object]) -> None:
+    stream = io.BytesIO()
+    sink = TraceSink(stream, HEADER)
+    sink.emit(event_type, **fields)
+    sink.flush()
+    line = json.loads(stream.getvalue().splitlines()[1])
+    expected = event_type(seq=0, t_ns=line["t_ns"], **fields).model_dump_json(exclude_none=True)
+    assert line == json.loads(expected)
+    assert list(line) == list(json.loads(expected))  # same field order
