@@ -365,13 +365,20 @@ class ClaimArbiter:
                 f"({own.protected_resident_blocks} + {own.active_live_blocks_required} "
                 f"> {self.usable_blocks})"
             )
-        for book in self._books.values():
-            if book.phase == "admitted" and book.live_blocks is not None:
-                if protected + book.live_blocks > self.usable_blocks:
-                    return (
-                        f"admitted request {book.trace_id} needs {book.live_blocks} live blocks; with "
-                        f"{protected} protected blocks it would no longer fit {self.usable_blocks}"
-                    )
+        for request_id, book in self._books.items():
+            if book.phase != "admitted":
+                continue
+            # Recomputed, not the figure from admission: claims it shared may be gone since.
+            admitted = self._s.requests.get(request_id)
+            if admitted is None:
+                continue
+            shared = self.registry.overlap(admitted.block_hashes, book.sourced).credited
+            live = self._peak_blocks(admitted) - len(shared)
+            if protected + live > self.usable_blocks:
+                return (
+                    f"admitted request {book.trace_id} needs {live} live blocks; with "
+                    f"{protected} protected blocks it would no longer fit {self.usable_blocks}"
+                )
         return None
 
     def _attach(self, request: Request, op: ClaimRequest, owner: str, book: RequestBook) -> None:
@@ -643,6 +650,9 @@ class ClaimArbiter:
             blocking_claim_ids=[r.claim_id for r in blocking],
             **proof.fields(),
         )
+        # A request vLLM already admitted (now preempted) is deferred before it is refused:
+        # its lifecycle has no admitted -> refused step (only admitted -> deferred -> refused).
+        may_wait = may_wait or book.phase == "admitted"
         if may_wait and book.deferred_steps < self.config.max_deferral_steps:
             book.deferred_steps += 1
             conflict = (tuple(fields["blocking_claim_ids"]), *proof.fields().values())

@@ -221,7 +221,9 @@ class SchedulerFuzz(RuleBasedStateMachine):
         while fitting the pool on its own: the arbiter must refuse, defer or demote."""
         usable = self.lane.spec.usable_blocks
         live = min(usable, usable - self.lane.arbiter.registry.protected_blocks + excess)
-        tokens = live * BLOCK - max_tokens + 1
+        # prompt + max_tokens == live blocks of tokens <= max_model_len (vLLM's own limit);
+        # its KV (all but the last sampled token) then needs exactly `live` blocks.
+        tokens = live * BLOCK - max_tokens
         request_id = self._request_id()
         self.lane.add(request_id, self._prompt(None, 0, tokens), max_tokens=max_tokens)
 

@@ -184,6 +184,27 @@ def test_a_claim_is_refused_when_it_would_strand_an_admitted_request(tmp_path: P
     assert f"admitted request long needs {live} live blocks" in lines
 
 
+def test_a_claim_is_checked_against_admitted_requests_as_they_are_now(tmp_path: Path) -> None:
+    """A request admitted while it shared a claim's pinned prefix needs more once that claim
+    is released; a later claim must be judged against the request's present need (a stale
+    figure let the fuzzer accept a claim that then forced an admitted request out)."""
+    running = lane(tmp_path)
+    prefix = tokens("shared", 30)
+    running.add("source", prefix, extra_args=claim("c", "hard_protected", 30))
+    running.run()
+    running.add("reuser", prefix + tokens("own", 20), max_tokens=100, extra_args={"kvclaims_claim_id": "c"})
+    running.step()
+    running.add("op", tokens("op", 1), extra_args={"kvclaims_op": "release", "kvclaims_claim_id": "c"})
+    running.step()
+    running.add("late", tokens("late", 30), extra_args=claim("late", "hard_protected", 30))
+    running.run()
+    running.close()
+    accepted(tmp_path / "trace.ndjson")
+    peak = -(-(50 * BLOCK + 100 - 1) // BLOCK)  # 57 blocks, none of them shared any more
+    assert 30 + peak > 80
+    assert f"admitted request reuser needs {peak} live blocks" in (tmp_path / "trace.ndjson").read_text()
+
+
 # -- traps --------------------------------------------------------------------------------------
 
 
