@@ -177,13 +177,13 @@ def _run_fuzz(args: argparse.Namespace) -> int:
         fuzzing.SchedulerFuzz.on_example = lambda: progress.update(task, completed=fuzzing.STATS.examples)
         try:
             run_state_machine_as_test(fuzzing.SchedulerFuzz, settings=profile)
-        except AssertionError as error:  # a falsified invariant or a rejected trace
+        except Exception as error:  # falsified invariants, rejected traces, crashes (or a group)
             failure = error
         finally:
             fuzzing.SchedulerFuzz.on_example = None
     summary = fuzzing.STATS.summary()
     if args.json:
-        print_json({**summary, "failure": None if failure is None else str(failure)})
+        print_json({**summary, "failure": None if failure is None else _describe(failure)})
     else:
         events = summary.pop("events")
         print_table(
@@ -191,8 +191,15 @@ def _run_fuzz(args: argparse.Namespace) -> int:
         )
         print_table("events in the traces", ["event", "count"], [(k, str(v)) for k, v in events.items()])
         if failure is not None:
-            stdout_console().print(f"[bold red]falsified:[/] {failure}")
+            stdout_console().print(f"[bold red]falsified:[/] {_describe(failure)}")
     return Exit.ok if failure is None else Exit.not_sound
+
+
+def _describe(failure: BaseException) -> str:
+    """One line per failure Hypothesis found (it groups distinct ones)."""
+    if isinstance(failure, BaseExceptionGroup):
+        return " | ".join(_describe(inner) for inner in failure.exceptions)
+    return f"{type(failure).__name__}: {failure}"
 
 
 def _counts(values: Any) -> dict[str, int]:
