@@ -80,6 +80,7 @@ from kvclaims.vllm_binding.registry import (
     SETTLED_STATES,
     ClaimRecord,
     ClaimRegistry,
+    agreement,
 )
 from kvclaims.vllm_binding.telemetry import EventSink, NullSink, TraceSink
 
@@ -171,6 +172,7 @@ class ClaimArbiter:
         self._rejection_handles = 0
         self._depth = 0
         self._pins_suspect = False
+        self._flushed_at_step = -1
         self.sink: EventSink = self._open_sink()
 
     # -- telemetry ------------------------------------------------------------------------
@@ -198,12 +200,15 @@ class ClaimArbiter:
         self._depth += 1
 
     def leave(self) -> None:
-        """A vLLM entry point returns: events reach the file when the outermost one does."""
+        """A vLLM entry point returns. Events were emitted at consistent points; the outermost
+        return hands them to the file, at most once per engine step (and on reset / close)."""
         self._depth -= 1
         if self._depth == 0:
             if self._finished:
                 self._drain_finished()
-            self.sink.flush()
+            if self._flushed_at_step != self.step:
+                self._flushed_at_step = self.step
+                self.sink.flush()
 
     @contextmanager
     def entry(self) -> Iterator[None]:
@@ -357,7 +362,7 @@ class ClaimArbiter:
         """A protected claim is accepted only if its own request and every admitted request
         still fit next to the enlarged protected set."""
         protected = self.registry.protected_blocks_with(hashes)
-        shared = self.registry.overlap(request.block_hashes, ()).credited | set(hashes)
+        shared = self.registry.overlap(request.block_hashes, ()).credited_hashes | set(hashes)
         own = CapacityProof(protected, self._peak_blocks(request) - len(shared), self.usable_blocks)
         if own.capacity_shortfall_blocks:
             return (
@@ -373,7 +378,7 @@ class ClaimArbiter:
             if admitted is None:
                 continue
             shared = self.registry.overlap(admitted.block_hashes, book.sourced).credited
-            live = self._peak_blocks(admitted) - len(shared)
+            live = self._peak_blocks(admitted) - shared
             if protected + live > self.usable_blocks:
                 return (
                     f"admitted request {book.trace_id} needs {live} live blocks; with "
@@ -422,12 +427,12 @@ class ClaimArbiter:
         self._materializing.discard(record)
         event = ResidentClaimDemoted if state is ClaimState.demoted else ResidentClaimExpired
         self._emit(event, claim_id=record.claim_id, reason=reason)
-        if not any(block is not None for block in record.slots):
+        if not record.held_count:
             self._release(record, "nothing left to watch after " + str(state))
 
     def _release(self, record: ClaimRecord, reason: str) -> None:
         self._unpin_all(record)
-        record.slots = [None] * len(record.slots)
+        record.drop_all()
         record.state = ClaimState.released
         self._materializing.discard(record)
         self.registry.retire(record)
@@ -465,9 +470,10 @@ class ClaimArbiter:
                 break
             if record.protected:
                 self._pool.touch([block])
-                self.registry.set_resident(record, position, True)
-            record.slots[position] = block
+            record.hold(position, block)
             stored.append(position)
+        if stored and record.protected:
+            self.registry.pins_changed()
         for position in stored:
             self._emit(
                 BlockStored,
@@ -527,11 +533,12 @@ class ClaimArbiter:
 
     def _on_loss(self, record: ClaimRecord, lost: list[tuple[int, Any]]) -> None:
         pinned = record.protected
+        if pinned:
+            self.registry.pins_changed()
         for position, block in lost:
             if pinned:
-                self.registry.set_resident(record, position, False)
                 self._pool.free_blocks([block])
-            record.slots[position] = None
+            record.drop(position)
             self._emit(
                 BlockRemoved,
                 block_id=block.block_id,
@@ -543,7 +550,7 @@ class ClaimArbiter:
         if record.state is ClaimState.materialized and leading < record.required_blocks:
             if record.preserving:
                 self._unpin_all(record)
-                record.slots = [None] * len(record.slots)
+                record.drop_all()
                 record.state = ClaimState.harmed
                 self._materializing.discard(record)
                 self.registry.retire(record)
@@ -561,7 +568,7 @@ class ClaimArbiter:
                 self.registry.version += 1
                 self._materializing.add(record)
                 self._emit(ResidentClaimLost, claim_id=record.claim_id, leading_blocks=leading)
-        elif record.state in SETTLED_STATES and not any(b is not None for b in record.slots):
+        elif record.state in SETTLED_STATES and not record.held_count:
             self._release(record, f"every block lost after the claim was {record.state}")
         elif record.responsible:
             self._materializing.add(record)
@@ -586,6 +593,7 @@ class ClaimArbiter:
         if self.registry.protected_blocks == 0 and not self._deferred:
             return [], {}
         budget = self._s.max_num_active_reqs - len(self._s.running)
+        version = self.registry.version
         deferred_left = len(self._deferred)
         admissible = 0
         held: list[Request] = []
@@ -595,6 +603,9 @@ class ClaimArbiter:
                 break
             book = self._books.get(request.request_id)
             if book is None or request.is_finished():
+                continue
+            if book.checked_version == version and book.phase != "deferred":
+                admissible += 1  # decided before, nothing changed since
                 continue
             if request.request_id in self._deferred:
                 deferred_left -= 1
@@ -619,9 +630,7 @@ class ClaimArbiter:
             return "admit"
         peak = self._peak_blocks(request)
         overlap = self.registry.overlap(request.block_hashes, book.sourced)
-        proof = CapacityProof(
-            self.registry.protected_blocks, peak - len(overlap.credited), self.usable_blocks
-        )
+        proof = CapacityProof(self.registry.protected_blocks, peak - overlap.credited, self.usable_blocks)
         book.live_blocks = proof.active_live_blocks_required
         if proof.capacity_shortfall_blocks == 0 or peak > self.usable_blocks:
             # Feasible, or infeasible even with no claim at all: then it is vLLM's to handle
@@ -629,8 +638,8 @@ class ClaimArbiter:
             book.checked_version = self.registry.version
             self._end_deferral(request.request_id, book)
             return "admit"
-        blocking = self.registry.blocking(overlap.credited)
-        if self._demote_to_fit(blocking, overlap.credited, proof, book):
+        blocking = self.registry.blocking(overlap)
+        if self._demote_to_fit(blocking, overlap.credited_hashes, proof, book):
             return self._decide(request, book)
         resolvable_by_materialization = (
             overlap.pending > 0
@@ -739,7 +748,7 @@ class ClaimArbiter:
             request = self._s.requests[request_id]
             if book.live_blocks is None or book.checked_version != self.registry.version:
                 overlap = self.registry.overlap(request.block_hashes, book.sourced)
-                book.live_blocks = self._peak_blocks(request) - len(overlap.credited)
+                book.live_blocks = self._peak_blocks(request) - overlap.credited
             self._end_deferral(request_id, book)
             book.phase = "admitted"
             if self.sink.enabled:
@@ -759,11 +768,7 @@ class ClaimArbiter:
             record = self.registry.claims.get(record.claim_id)
         if record is None:
             return
-        shared = 0
-        for position in range(min(hit_blocks, len(record.hashes), len(request.block_hashes))):
-            if request.block_hashes[position] != record.hashes[position]:
-                break
-            shared += 1
+        shared = min(hit_blocks, agreement(request.block_hashes, record.hashes))
         satisfied = shared >= record.required_blocks and record.state in (
             ClaimState.materialized,
             *SETTLED_STATES,
@@ -821,7 +826,7 @@ class ClaimArbiter:
         requests). When pins are all that stand in the way, demote the protected claims first:
         responsibility ends before the reset drops their blocks (post-release loss, not harm);
         owners re-submit to re-materialize."""
-        holders = [r for r in self.registry.protected() if any(b is not None for b in r.slots)]
+        holders = [r for r in self.registry.protected() if r.held_count]
         if not holders or not (reset_running_requests or self._only_pins_hold_blocks(holders)):
             return
         for record in holders:

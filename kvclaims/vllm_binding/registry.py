@@ -8,8 +8,8 @@ blocks are protected, which of a request's leading blocks are shared with protec
 
 Invariants: a claim id is decided at most once (single-use ids); the protected-block index
 counts exactly the hashes of claims that are `protected` (preserving mode, accepted or
-materialized); the resident index counts exactly the pinned slots of protected claims;
-`version` changes whenever either index changes, so cached feasibility answers expire.
+materialized), globally and per owner; `version` changes whenever that index or a protected
+claim's pins change, so cached feasibility answers expire.
 """
 
 from __future__ import annotations
@@ -49,11 +49,35 @@ class ClaimRecord:
     state: ClaimState = ClaimState.accepted
     slots: list[Any] = field(default_factory=list)
     feeders: set[str] = field(default_factory=set)
+    held_count: int = 0
+    """Positions holding a block; kept by `hold` / `drop` / `drop_all` (checked every step)."""
+    leading_blocks: int = 0
+    """Contiguous held positions from 0: the quantity the predicate is about (kept by `hold` /
+    `drop` / `drop_all`, read on every feasibility decision)."""
 
     def __post_init__(self) -> None:
         if not self.slots:
             self.slots = [None] * len(self.hashes)
         self.feeders.add(self.source_request_id)
+
+    def hold(self, position: int, block: Any) -> None:
+        self.slots[position] = block
+        self.held_count += 1
+        if position == self.leading_blocks:
+            leading = position + 1
+            while leading < len(self.slots) and self.slots[leading] is not None:
+                leading += 1
+            self.leading_blocks = leading
+
+    def drop(self, position: int) -> None:
+        self.slots[position] = None
+        self.held_count -= 1
+        self.leading_blocks = min(self.leading_blocks, position)
+
+    def drop_all(self) -> None:
+        self.slots = [None] * len(self.slots)
+        self.held_count = 0
+        self.leading_blocks = 0
 
     @property
     def claim_id(self) -> str:
@@ -85,33 +109,62 @@ class ClaimRecord:
         duration = self.claim.duration_steps
         return None if duration is None else self.accepted_step + duration
 
-    @property
-    def leading_blocks(self) -> int:
-        """Contiguous held positions from 0: the quantity the predicate is about."""
-        for position, block in enumerate(self.slots):
-            if block is None:
-                return position
-        return len(self.slots)
-
     def held(self) -> Iterator[tuple[int, Any]]:
         return ((p, b) for p, b in enumerate(self.slots) if b is not None)
+
+
+def agreement(left: Sequence[Any], right: Sequence[Any]) -> int:
+    """Length of the common leading prefix of two prefix-hash chains.
+
+    Block i's hash covers every earlier token, so equal hashes at i imply equal hashes at every
+    j < i: agreement is monotone and found by binary search, O(log n) comparisons."""
+    size = min(len(left), len(right))
+    if size == 0 or left[0] != right[0]:
+        return 0
+    if left[size - 1] == right[size - 1]:
+        return size
+    low, high = 1, size - 1  # left[low - 1] == right[low - 1]; left[high] != right[high]
+    while low < high:
+        middle = (low + high + 1) // 2
+        if left[middle - 1] == right[middle - 1]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 @dataclass(frozen=True)
 class Overlap:
     """A request's leading blocks shared with protected claims.
 
-    `credited` are shared blocks the request may count as already present (pinned now, or
-    about to be produced by this very request as a claim's source); `pending` are shared
-    blocks of claims not yet materialized, which the request would have to compute itself.
+    The request's first `shared` blocks are blocks of protected claims; the first `credited`
+    of them may be counted as already present (pinned now, contiguously from block 0, or the
+    request's own claim's blocks, which its computation produces); the rest (`pending`) belong
+    to claims not yet materialized that far, which the request would have to compute itself.
+    `depths` maps each protected claim on the request's chain to its agreement with it.
     """
 
-    credited: frozenset[Any]
-    pending: int
+    prefix: Sequence[Any]
+    shared: int
+    credited: int
+    depths: dict[str, int]
+
+    @property
+    def pending(self) -> int:
+        return self.shared - self.credited
+
+    @property
+    def credited_hashes(self) -> frozenset[Any]:
+        return frozenset(self.prefix[: self.credited])
+
+    def covers(self, record: ClaimRecord) -> bool:
+        """Every block `record` reserves is one the request shares and may count as present."""
+        footprint = len(record.hashes)
+        return self.depths.get(record.claim_id, 0) >= footprint and self.credited >= footprint
 
 
 class ClaimRegistry:
-    """Claims by id, budgets, and the protected / resident block indexes."""
+    """Claims by id, budgets, and the protected-block index."""
 
     def __init__(
         self,
@@ -131,7 +184,6 @@ class ClaimRegistry:
         self._decided: set[str] = set()
         self._protected: Counter[Any] = Counter()
         self._owner_protected: dict[str, Counter[Any]] = {}
-        self._resident: Counter[Any] = Counter()
         self._by_first_hash: dict[Any, list[ClaimRecord]] = {}
         self.version = 0
 
@@ -193,21 +245,12 @@ class ClaimRegistry:
                 del self._by_first_hash[record.hashes[0]]
 
     def unprotect(self, record: ClaimRecord) -> None:
-        """Take a claim out of the protected indexes (call before leaving a protected state)."""
+        """Take a claim out of the protected index (call before leaving a protected state)."""
         if record.protected:
-            for position, _ in record.held():
-                self.set_resident(record, position, False)
             self._count(record, -1)
 
-    def set_resident(self, record: ClaimRecord, position: int, resident: bool) -> None:
-        """Record that a protected claim pinned (or lost) its block at `position`."""
-        key = record.hashes[position]
-        if resident:
-            self._resident[key] += 1
-        else:
-            self._resident[key] -= 1
-            if self._resident[key] <= 0:
-                del self._resident[key]
+    def pins_changed(self) -> None:
+        """A protected claim pinned or lost blocks: what requests may count as present moved."""
         self.version += 1
 
     def _count(self, record: ClaimRecord, delta: int) -> None:
@@ -237,41 +280,27 @@ class ClaimRegistry:
     def overlap(self, block_hashes: Sequence[Any], sourced: Collection[str]) -> Overlap:
         """Leading blocks of a request shared with protected claims.
 
-        Prefix hashes chain (block i's hash covers every earlier token), so sharing is a
-        common leading prefix and the walk stops at the first unshared block. A shared block
-        is credited when some protected claim holds it pinned, or when the request is the
-        source of a protected claim over it (its own blocks become the claim's blocks).
+        Only claims starting with the request's first block can share any (hash chains), and
+        the union of the request's prefixes shared with each is its longest one. A shared
+        prefix is credited as far as the claim holds it pinned contiguously from block 0, or
+        entirely when the request is the claim's source (its blocks become the claim's).
         """
-        if not self._protected:
-            return Overlap(frozenset(), 0)
-        credited: set[Any] = set()
-        pending = 0
-        sourced_hashes = self._sourced_hashes(block_hashes, sourced)
-        for key in block_hashes:
-            if key not in self._protected:
-                break
-            if key in self._resident or key in sourced_hashes:
-                credited.add(key)
-            else:
-                pending += 1
-        return Overlap(frozenset(credited), pending)
+        depths: dict[str, int] = {}
+        shared = credited = 0
+        if self._protected and block_hashes:
+            for record in self._by_first_hash.get(block_hashes[0], ()):
+                if not record.protected:
+                    continue
+                depth = agreement(block_hashes, record.hashes)
+                depths[record.claim_id] = depth
+                shared = max(shared, depth)
+                present = depth if record.claim_id in sourced else min(depth, record.leading_blocks)
+                credited = max(credited, present)
+        return Overlap(block_hashes, shared, credited, depths)
 
-    def _sourced_hashes(self, block_hashes: Sequence[Any], sourced: Collection[str]) -> frozenset[Any]:
-        if not sourced or not block_hashes:
-            return frozenset()
-        return frozenset(
-            key
-            for record in self._by_first_hash.get(block_hashes[0], ())
-            if record.claim_id in sourced and record.protected
-            for key in record.hashes
-        )
-
-    def blocking(self, credited: frozenset[Any]) -> list[ClaimRecord]:
+    def blocking(self, overlap: Overlap) -> list[ClaimRecord]:
         """Protected claims that reserve at least one block the request cannot share."""
-        return sorted(
-            (r for r in self.protected() if any(k not in credited for k in r.hashes)),
-            key=lambda r: r.claim_id,
-        )
+        return sorted((r for r in self.protected() if not overlap.covers(r)), key=lambda r: r.claim_id)
 
     def freed_by(self, records: Iterable[ClaimRecord]) -> frozenset[Any]:
         """Hashes that would stop being protected if `records` were all relaxed."""
@@ -282,4 +311,4 @@ class ClaimRegistry:
 
     def with_blocks(self) -> list[ClaimRecord]:
         """Claims holding or watching at least one physical block."""
-        return [r for r in self.claims.values() if any(b is not None for b in r.slots)]
+        return [r for r in self.claims.values() if r.held_count]

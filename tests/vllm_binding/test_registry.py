@@ -1,16 +1,15 @@
-"""The claim registry: single-use ids, budgets, protected / resident indexes, overlap."""
+"""The claim registry: single-use ids, budgets, the protected-block index, overlap."""
 
 from __future__ import annotations
 
-from collections import Counter
-
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from kvclaims.spec.claims import CacheIdentity, ResidentClaimInput
 from kvclaims.spec.vocabulary import ClaimState
-from kvclaims.vllm_binding.registry import ClaimRecord, ClaimRegistry
+from kvclaims.vllm_binding.registry import ClaimRecord, ClaimRegistry, agreement
 
 IDENTITY = CacheIdentity(
     cache_key_domain="d", model_id="m", token_hash_domain="h", block_size=16, kv_format="f"
@@ -103,22 +102,34 @@ def test_overlap_credits_resident_and_sourced_blocks_only() -> None:
     rec = record("a", prefix("p", 10))
     reg.add(rec)
     for position in range(4):
-        rec.slots[position] = object()
-        reg.set_resident(rec, position, True)
+        rec.hold(position, object())
     request = [*prefix("p", 10), "own1", "own2"]
     overlap = reg.overlap(request, sourced=())
-    assert overlap.credited == frozenset(prefix("p", 4)) and overlap.pending == 6
+    assert overlap.shared == 10 and overlap.credited == 4 and overlap.pending == 6
+    assert overlap.credited_hashes == frozenset(prefix("p", 4))
     as_source = reg.overlap(request, sourced=("a",))
-    assert as_source.credited == frozenset(prefix("p", 10)) and as_source.pending == 0
-    assert reg.overlap(["zzz", *prefix("p", 10)], sourced=()).credited == frozenset()
+    assert as_source.credited == 10 and as_source.pending == 0
+    assert reg.overlap(["zzz", *prefix("p", 10)], sourced=()).shared == 0
+    # a diverging request shares only the common prefix
+    assert reg.overlap([*prefix("p", 6), "x6", "x7"], sourced=("a",)).credited == 6
+
+
+@pytest.mark.parametrize("size", range(0, 9))
+@pytest.mark.parametrize("common", range(0, 9))
+def test_agreement_is_the_common_prefix_of_two_chains(size: int, common: int) -> None:
+    left = [f"c{i}" for i in range(min(common, size))] + [f"l{i}" for i in range(min(common, size), size)]
+    right = [f"c{i}" for i in range(common)] + [f"r{i}" for i in range(common, 8)]
+    assert agreement(left, right) == min(common, size)
 
 
 def test_blocking_names_claims_with_an_unshared_block() -> None:
     reg = registry()
     reg.add(record("a", prefix("p", 4)))
     reg.add(record("b", prefix("q", 4)))
-    names = [r.claim_id for r in reg.blocking(frozenset(prefix("p", 4)))]
-    assert names == ["b"]
+    overlap = reg.overlap([*prefix("p", 4), "own"], sourced=("a",))
+    assert [r.claim_id for r in reg.blocking(overlap)] == ["b"]
+    unsourced = reg.overlap([*prefix("p", 4), "own"], sourced=())  # a's blocks are not pinned
+    assert [r.claim_id for r in reg.blocking(unsourced)] == ["a", "b"]
 
 
 def test_freed_by_counts_only_blocks_no_one_else_protects() -> None:
@@ -149,8 +160,16 @@ class RegistryIndexes(RuleBasedStateMachine):
         rec = data.draw(st.sampled_from([r for r in self.reg.claims.values() if r.protected]))
         position = rec.leading_blocks
         if position < len(rec.slots):
-            rec.slots[position] = object()
-            self.reg.set_resident(rec, position, True)
+            rec.hold(position, object())
+            self.reg.pins_changed()
+
+    @precondition(lambda self: any(r.held_count for r in self.reg.claims.values()))
+    @rule(data=st.data())
+    def lose(self, data: st.DataObject) -> None:
+        rec = data.draw(st.sampled_from([r for r in self.reg.claims.values() if r.held_count]))
+        position = data.draw(st.sampled_from([p for p, b in enumerate(rec.slots) if b is not None]))
+        rec.drop(position)
+        self.reg.pins_changed()
 
     @precondition(lambda self: any(r.protected for r in self.reg.claims.values()))
     @rule(data=st.data(), retire=st.booleans())
@@ -165,8 +184,10 @@ class RegistryIndexes(RuleBasedStateMachine):
     def indexes_match_a_recount(self) -> None:
         protected = [r for r in self.reg.claims.values() if r.protected]
         assert self.reg.protected_blocks == len({h for r in protected for h in r.hashes})
-        resident = Counter(r.hashes[p] for r in protected for p, _ in r.held())
-        assert dict(self.reg._resident) == dict(resident)
+        for rec in self.reg.claims.values():
+            assert rec.held_count == sum(b is not None for b in rec.slots)
+            leading = next((p for p, b in enumerate(rec.slots) if b is None), len(rec.slots))
+            assert rec.leading_blocks == leading
         for owner in ("o1", "o2"):
             mine = {h for r in protected if r.owner == owner for h in r.hashes}
             assert self.reg.owner_protected_blocks(owner) == len(mine)
