@@ -4,9 +4,10 @@ Events are built (and so validated) with the `kvclaims.spec.trace` models, so ev
 engine writes conforms to the committed schema; they are numbered in emission order, queued,
 and handed to the file by `flush()`. The scheduler emits only where its state is consistent
 (around vLLM's entry points) and calls `flush()` when an outermost entry point returns, at
-most once per engine step, and on close. Lines reach the operating system at most `SYNC_SECONDS` apart and on
-`close()`: a crash can lose (or cut short) the lines of that last fraction of a second, which
-refinement then reports as a truncated trace; it never reorders lines.
+most once per engine step, and on close. Lines reach the operating system at most
+`SYNC_SECONDS` apart and on `close()`: a crash can lose (or cut short) the lines of that last
+fraction of a second, which refinement then reports as a truncated trace; it never reorders
+lines.
 """
 
 from __future__ import annotations
