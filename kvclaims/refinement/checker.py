@@ -38,6 +38,7 @@ import msgspec
 from kvclaims.refinement.decoding import EVENT_NAME, EVENT_STRUCTS
 from kvclaims.refinement.ids import RetiredIds
 from kvclaims.refinement.verdict import Counterexample, ErrorClass, Finding, Witness
+from kvclaims.spec.capacity import capacity_problem
 from kvclaims.spec.claims import HybridTwoKey
 from kvclaims.spec.tables import DEVICE_CACHE_LEVELS
 from kvclaims.spec.trace import CAPACITY_PROOF_FIELDS, ConflictReason, RestorationOutcome
@@ -1026,38 +1027,16 @@ class Checker:
                     ids=(ev.request_id,),
                 )
             return  # a restoration refusal may omit its proof; a given one is checked below
-        protected, active, total, usable, shortfall = numbers
-        problem = None
-        if total != protected + active:
-            problem = (
-                f"resident_plus_active_blocks is {total}, but protected_resident_blocks + "
-                f"active_live_blocks_required = {protected} + {active} = {protected + active}",
-                f"resident_plus_active_blocks == {protected + active}",
-            )
-        elif shortfall != max(0, total - usable):
-            problem = (
-                f"capacity_shortfall_blocks is {shortfall}, but max(0, resident_plus_active_blocks - "
-                f"usable_blocks) = max(0, {total} - {usable}) = {max(0, total - usable)}",
-                f"capacity_shortfall_blocks == {max(0, total - usable)}",
-            )
-        elif self.usable_blocks is not None and usable != self.usable_blocks:
-            problem = (
-                f"usable_blocks is {usable}, but the trace header says {self.usable_blocks}",
-                f"usable_blocks == {self.usable_blocks}",
-            )
-        elif ev.reason is ConflictReason.capacity and shortfall <= 0:
-            problem = (
-                f"a capacity {self._event.removeprefix('active_request_')} needs a positive shortfall; "
-                f"{total} blocks fit in {usable}",
-                "capacity_shortfall_blocks > 0",
-            )
+        problem = capacity_problem(
+            *numbers, capacity_reason=ev.reason is ConflictReason.capacity, header_usable=self.usable_blocks
+        )
         if problem is not None:
             self._fail(
                 R.capacity_arithmetic,
-                problem[0],
+                problem.message,
                 subject=f"request {ev.request_id}",
                 state="capacity proof",
-                allowed=(problem[1],),
+                allowed=(problem.required,),
                 ids=(ev.request_id,),
             )
 

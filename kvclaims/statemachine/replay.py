@@ -15,10 +15,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvclaims.spec.capacity import recorded_capacity_problem
 from kvclaims.spec.tables import PRESERVING_MODES
 from kvclaims.spec.trace import EVENT_MODELS
 from kvclaims.spec.vocabulary import ConformanceRule, ProtectionMode
-from kvclaims.statemachine.arbiter import capacity_proof_holds
 from kvclaims.statemachine.lifecycle import ClaimProfile, Event, Phase, Violation, at_end, step
 from kvclaims.statemachine.requests import (
     REQUEST_INITIAL,
@@ -261,9 +261,9 @@ class TraceReplay:
         self._request(seq, event["request_id"], RequestEvent.admit)
 
     def _conflict(self, seq: int, event: dict[str, Any], request_event: RequestEvent) -> None:
-        problem = capacity_proof_holds(event, self.usable_blocks)
+        problem = recorded_capacity_problem(event, self.usable_blocks)
         if problem is not None:
-            raise ReplayViolation(ConformanceRule.capacity_arithmetic, seq, problem)
+            raise ReplayViolation(ConformanceRule.capacity_arithmetic, seq, problem.message)
         blocking = event["blocking_claim_ids"]
         if not blocking:
             raise ReplayViolation(

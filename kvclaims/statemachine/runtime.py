@@ -609,7 +609,7 @@ class MicroRuntime:
     def _arbitrate(self, record: RequestRecord, hit_blocks: list[int], room: int) -> RequestOutcome:
         spec = record.spec
         blocking, protected, shared = self._blocking(hit_blocks)
-        proof = CapacityProof.measure(protected, spec.blocks - shared, self.pool.usable)
+        proof = CapacityProof(protected, spec.blocks - shared, self.pool.usable)
         if not proof.claims_block:
             return self._wait(record)
         entry: dict[str, Any] = {
@@ -903,7 +903,7 @@ class MicroRuntime:
         if outcome is not RestorationOutcome.refusal:
             self._end_protection(claim)
             return True
-        proof = CapacityProof.measure(len(claim.pinned), spec.blocks, self.pool.usable)
+        proof = CapacityProof(len(claim.pinned), spec.blocks, self.pool.usable)
         self._emit(
             "active_request_refused",
             {

@@ -40,10 +40,10 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from kvclaims.spec.capacity import recorded_capacity_problem
 from kvclaims.spec.tables import PRESERVING_MODES
 from kvclaims.spec.trace import RestorationOutcome
 from kvclaims.spec.vocabulary import ProtectionMode
-from kvclaims.statemachine.arbiter import capacity_proof_holds
 from kvclaims.statemachine.inputs import ClaimSpec, RequestKind, RequestSpec
 from kvclaims.statemachine.lifecycle import Event, Phase
 from kvclaims.statemachine.policies import POLICIES, Policy
@@ -181,9 +181,9 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
                 self._finding("emitted_trace_accepted", str(violation))
 
     def _conflict(self, event: dict[str, Any], usable: int) -> None:
-        problem = capacity_proof_holds(event, usable)
+        problem = recorded_capacity_problem(event, usable)
         if problem is not None:
-            self._finding("capacity_proof_arithmetic", f"seq {event['seq']}: {problem}")
+            self._finding("capacity_proof_arithmetic", f"seq {event['seq']}: {problem.message}")
         if event["reason"] != "capacity":
             return
         for claim_id in event["blocking_claim_ids"]:

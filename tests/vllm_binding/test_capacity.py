@@ -20,7 +20,7 @@ def test_the_live_anchor_arithmetic_is_18_not_19() -> None:
 
 
 @settings(max_examples=200, derandomize=True, database=None)
-@given(st.integers(0, 10_000), st.integers(0, 10_000), st.integers(0, 10_000))
+@given(st.integers(0, 10_000), st.integers(0, 10_000), st.integers(1, 10_000))
 def test_proof_fields_satisfy_the_design_equations(protected: int, active: int, usable: int) -> None:
     fields = CapacityProof(protected, active, usable).fields()
     total = fields["resident_plus_active_blocks"]
