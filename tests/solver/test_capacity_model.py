@@ -4,6 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvclaims.solver.capacity_model import CAPACITY_FIELDS, violated_checks
+from kvclaims.spec.capacity import capacity_problem
 
 
 def _numbers(protected: int, active: int, total: int, usable: int, shortfall: int) -> dict[str, int]:
@@ -40,3 +41,17 @@ def test_checks_match_plain_arithmetic(values: list[int], capacity: bool) -> Non
     if capacity and shortfall <= 0:
         expected.append("capacity_needs_shortfall")
     assert violated_checks(_numbers(*values), capacity_reason=capacity, header_usable=None) == expected
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(
+    st.lists(st.integers(min_value=0, max_value=200), min_size=5, max_size=5),
+    st.booleans(),
+    st.one_of(st.none(), st.integers(min_value=0, max_value=200)),
+)
+def test_z3_checks_agree_with_python_rule_3(values: list[int], capacity: bool, header: int | None) -> None:
+    """The Z3 capacity model and `kvclaims.spec.capacity` (what runtimes and refinement use)
+    accept exactly the same numbers."""
+    python_problem = capacity_problem(*values, capacity_reason=capacity, header_usable=header)
+    z3_violations = violated_checks(_numbers(*values), capacity_reason=capacity, header_usable=header)
+    assert (python_problem is None) == (z3_violations == [])
