@@ -41,6 +41,7 @@ from typing import Any
 
 from kvclaims.refinement.abstractions import optional, require
 from kvclaims.refinement.reader import HeaderInfo, parse_error
+from kvclaims.spec.trace import CAPACITY_PROOF_FIELDS
 from kvclaims.spec.vocabulary import ProtectionMode
 
 FORMAT = "blockpool"
@@ -65,14 +66,6 @@ VOCABULARY: frozenset[str] = frozenset(
 
 MODES: dict[str, ProtectionMode] = {"hard_exclude": ProtectionMode.hard_protected}
 """The prototype's protection modes, by the contract mode they implement."""
-
-_CAPACITY_PROOF = (
-    "protected_resident_blocks",
-    "active_live_blocks_required",
-    "resident_plus_active_blocks",
-    "usable_blocks",
-    "capacity_shortfall_blocks",
-)
 
 
 class BlockPoolAbstraction:
@@ -186,7 +179,7 @@ class BlockPoolAbstraction:
                 "request_id": request_id,
                 "reason": "capacity",
                 "blocking_claim_ids": require(r, "blocking_claim_ids", list, line),
-                **{name: require(r, name, int, line) for name in _CAPACITY_PROOF},
+                **{name: require(r, name, int, line) for name in CAPACITY_PROOF_FIELDS},
             }
         ]
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from kvclaims.refinement.abstractions import leading_prefix_blocks, optional, require
 from kvclaims.refinement.reader import HeaderInfo, parse_error
-from kvclaims.spec.trace import RestorationOutcome
+from kvclaims.spec.trace import CAPACITY_PROOF_FIELDS, RestorationOutcome
 from kvclaims.spec.vocabulary import ProtectionMode
 
 FORMAT = "offload-hook"
@@ -57,13 +57,6 @@ MODES: dict[str, ProtectionMode] = {"offloadable_reference": ProtectionMode.offl
 RESTORATION_REFUSALS = frozenset({"restore_unavailable_refuse", "infeasible_restore_claimed_kv"})
 """`arbiter_action` / `feasibility` values that mark a refusal caused by a failed restoration."""
 
-_CAPACITY_PROOF = (
-    "protected_resident_blocks",
-    "active_live_blocks_required",
-    "resident_plus_active_blocks",
-    "usable_blocks",
-    "capacity_shortfall_blocks",
-)
 _OUTCOMES = frozenset(o.value for o in RestorationOutcome)
 
 
@@ -179,7 +172,7 @@ class OffloadHookAbstraction:
             "reason": "restoration_failed" if causes & RESTORATION_REFUSALS else "capacity",
             "blocking_claim_ids": require(r, "blocking_claim_ids", list, line),
         }
-        for name in _CAPACITY_PROOF:
+        for name in CAPACITY_PROOF_FIELDS:
             if name != "usable_blocks" or "capacity_shortfall_blocks" in r:
                 value = optional(r, name, int, line)
                 if value is not None:
