@@ -252,3 +252,40 @@ def test_a_registry_with_a_duplicate_key_is_refused(tmp_path: Path) -> None:
     trace.write_bytes(msgpack_capture(batches()))
     with pytest.raises(InputError, match="duplicate key"):
         check_trace(trace, registry=reg)
+
+
+def array_capture(items: list[tuple[int, list[dict[str, Any]]]]) -> bytes:
+    """The publisher's real wire form: vLLM 0.32's `EventBatch` is `array_like`, so a batch is
+    the msgpack array `[ts, events, data_parallel_rank]` (found on a real engine-lane capture)."""
+    frames = []
+    for seq, events in items:
+        payload = msgspec.msgpack.encode([1000.0 + seq, events, 0])
+        frames.append(struct.pack(">QI", seq, len(payload)) + payload)
+    return b"".join(frames)
+
+
+def test_the_publishers_array_like_batches_read_like_the_map_form(tmp_path: Path) -> None:
+    as_maps = run(tmp_path, msgpack_capture(batches()), registry())
+    as_arrays = run(tmp_path, array_capture(batches()), registry())
+    assert as_arrays.outcome is Outcome.accepted, as_arrays.reason
+    assert (as_arrays.events, as_arrays.witnesses) == (as_maps.events, as_maps.witnesses)
+
+
+def test_a_block_stored_after_removals_never_takes_a_live_blocks_id(tmp_path: Path) -> None:
+    """Two unrelated blocks come, one goes, then the claim's blocks arrive; the other unrelated
+    block goes, the claim's tail goes and comes back. With ids reused after a removal the claim's
+    block 0 took the id of a live unrelated block, lost it when that block went, and the join's
+    re-materialization was rejected as unconfirmed (seen on a real engine-lane capture)."""
+    x, y = b"\x0a" * 8, b"\x0b" * 8
+    a0, a1 = b"\x01" * 8, b"\x02" * 8
+    items = [
+        (0, [stored([x], [5, 6, 7, 8]), stored([y], [9, 9, 9, 9])]),
+        (1, [removed([x])]),
+        (2, [stored([a0, a1], TOKENS)]),
+        (3, [removed([y])]),
+        (4, [removed([a1])]),
+        (5, [stored([a1], TOKENS[BLOCK:], parent=a0)]),
+    ]
+    verdict = run(tmp_path, array_capture(items), registry())
+    assert verdict.outcome is Outcome.accepted, verdict.reason
+    assert {w.kind.value for w in verdict.witnesses} >= {"claim_materialized", "claim_scoped_blocks"}

@@ -7,7 +7,9 @@ lora_id, medium, lora_name, extra_keys, ...}`, `BlockRemoved{block_hashes, mediu
 `AllBlocksCleared`. Block hashes are bytes or integers. This module reads two capture forms:
 
 - **msgpack capture**: frames `seq (8 bytes, big-endian) | length (4 bytes, big-endian) |
-  payload`, the payload being the publisher's msgpack bytes verbatim;
+  payload`, the payload being the publisher's msgpack bytes verbatim. vLLM 0.32's `EventBatch`
+  is `array_like`, so a real payload is the array `[ts, events, data_parallel_rank]` (events are
+  tagged maps); a map `{ts, events, data_parallel_rank}` is read too;
 - **JSON capture**: NDJSON, one decoded batch per line, `{"seq": n, "ts": ..., "events": [...],
   "data_parallel_rank": ...}`, hashes as strings or integers.
 
@@ -85,8 +87,27 @@ class _Batch(msgspec.Struct):
     data_parallel_rank: int | None = None
 
 
+class _ArrayBatch(msgspec.Struct, array_like=True):
+    """The publisher's wire form: vLLM 0.32's `EventBatch` is `array_like`."""
+
+    ts: float
+    events: list[_KvEvent]
+    data_parallel_rank: int | None = None
+
+
 class _JsonBatch(_Batch):
     seq: int = -1
+
+
+_MSGPACK_ARRAY_MARKERS = frozenset(range(0x90, 0xA0)) | {0xDC, 0xDD}
+"""First byte of a msgpack array (fixarray, array 16, array 32)."""
+
+
+def _decode_payload(payload: bytes) -> _Batch | _ArrayBatch:
+    """A msgpack batch in either form; raises msgspec errors when it is neither."""
+    if payload and payload[0] in _MSGPACK_ARRAY_MARKERS:
+        return msgspec.msgpack.decode(payload, type=_ArrayBatch)
+    return msgspec.msgpack.decode(payload, type=_Batch)
 
 
 _HASH_TYPES = (bytes, int, str)
@@ -103,7 +124,7 @@ def detect_msgpack(head: bytes) -> bool:
     if len(payload) != length:
         return False
     try:
-        msgspec.msgpack.decode(payload, type=_Batch)
+        _decode_payload(payload)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return False
     return True
@@ -152,6 +173,9 @@ class _Join:
         self.content: dict[str, tuple[str | None, tuple[int, ...]]] = {}
         self.joined: dict[str, tuple[str, int]] = {}
         self.block_ids: dict[str, int] = {}
+        """Medium-qualified hash -> the step's block id. Ids come from a counter, never reused:
+        a hash stored after another was removed must not take a live block's id."""
+        self._next_block_id = 0
         self.present: dict[str, set[int]] = {c: set() for c in self.claims}
         self.materialized: set[str] = set()
         self.rank: int | None = None
@@ -198,7 +222,7 @@ class _Join:
     def accepted_steps(self) -> list[dict[str, Any]]:
         return [_accepted(claim) for claim in self.registry.claims]
 
-    def batch(self, seq: int, batch: _Batch, line: int) -> list[dict[str, Any]]:
+    def batch(self, seq: int, batch: _Batch | _ArrayBatch, line: int) -> list[dict[str, Any]]:
         if batch.data_parallel_rank is not None:
             if self.rank is None:
                 self.rank = batch.data_parallel_rank
@@ -271,7 +295,10 @@ class _Join:
                 self._check_namespace(event, index, line)
                 if medium == self.medium:
                     self.present[claim_id].add(position)
-            block_id = self.block_ids.setdefault(text, len(self.block_ids))
+            block_id = self.block_ids.get(text)
+            if block_id is None:
+                block_id = self.block_ids[text] = self._next_block_id
+                self._next_block_id += 1
             step: dict[str, Any] = {
                 "event": "block_stored",
                 "block_id": block_id,
@@ -452,7 +479,7 @@ class KvEventsSource:
             index += 1
         self.preconditions = {p: True for p in TelemetryJoinPrecondition}
 
-    def _batches(self) -> Iterator[tuple[int, int, _Batch]]:
+    def _batches(self) -> Iterator[tuple[int, int, _Batch | _ArrayBatch]]:
         if self._msgpack:
             yield from self._frames()
             return
@@ -469,8 +496,7 @@ class KvEventsSource:
                 raise parse_error("batch line needs a non-negative seq", number, "seq")
             yield number, batch.seq, batch
 
-    def _frames(self) -> Iterator[tuple[int, int, _Batch]]:
-        decoder = msgspec.msgpack.Decoder(_Batch)
+    def _frames(self) -> Iterator[tuple[int, int, _Batch | _ArrayBatch]]:
         number = 0
         while True:
             header = self._stream.read(_FRAME_HEADER.size)
@@ -488,7 +514,7 @@ class KvEventsSource:
             if len(payload) < length:
                 raise TraceInputError(Finding(ErrorClass.parse, "truncated frame payload", line=number))
             try:
-                yield number, seq, decoder.decode(payload)
+                yield number, seq, _decode_payload(payload)
             except (msgspec.ValidationError, msgspec.DecodeError) as error:
                 raise _undecidable(
                     P.joinable_backend_events, f"frame is not a KVEventBatch: {error}", number
