@@ -1003,6 +1003,25 @@ class Checker:
             )
             for claim in full:
                 claim.blocked_while_full = claim.blocked_while_full or self._line
+        if ev.reason is ConflictReason.capacity and TraceWitness.footprint_accounted not in self._complete:
+            self._footprint_witness(ev, blocking)
+
+    def _footprint_witness(self, ev: Any, blocking: list[str]) -> None:
+        """F (seed 000: infeasibility attributed and budgeted at claim granularity): the
+        capacity proof's protected term holds each blocking claim's whole footprint and is no
+        more than the footprints of all responsible preserving claims together."""
+        protected = ev.protected_resident_blocks
+        held = sum(
+            claim.footprint
+            for claim in self.claims.values()
+            if claim.phase in _RESPONSIBLE and claim.profile.preserving
+        )
+        if max(self.claims[c].footprint for c in blocking) <= protected <= held:
+            self._witness(
+                TraceWitness.footprint_accounted,
+                (*(self.claims[c].accepted_line for c in blocking), self._line),
+                *blocking,
+            )
 
     def _check_capacity(self, ev: Any) -> None:
         numbers = (

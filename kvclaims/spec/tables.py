@@ -240,6 +240,7 @@ WITNESS_OBLIGATIONS: Mapping[TraceWitness, frozenset[Obligation]] = _frozen(
         W.claim_scoped_blocks: _codes("T"),
         W.ordered_lifecycle: _codes("L"),
         W.capacity_conflict_attributed: _codes("X B"),
+        W.footprint_accounted: _codes("F"),
         W.protected_under_pressure: _codes("V"),
         W.demoted_before_loss: _codes("D"),
         W.expired_before_loss: _codes("E"),

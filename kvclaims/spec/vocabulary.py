@@ -250,6 +250,7 @@ class TraceWitness(StrEnum):
     claim_scoped_blocks = "claim_scoped_blocks"
     ordered_lifecycle = "ordered_lifecycle"
     capacity_conflict_attributed = "capacity_conflict_attributed"
+    footprint_accounted = "footprint_accounted"
     protected_under_pressure = "protected_under_pressure"
     demoted_before_loss = "demoted_before_loss"
     expired_before_loss = "expired_before_loss"

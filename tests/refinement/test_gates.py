@@ -201,6 +201,20 @@ def test_l3_hard_claim_infeasibility_is_explicit_attributed_and_arithmetically_s
     assert {W.capacity_conflict_attributed, W.protected_under_pressure} <= kinds
 
 
+def test_l3_a_proof_whose_protected_term_holds_the_claims_footprint_evidences_f() -> None:
+    assert W.footprint_accounted in witnessed(l3_trace())
+
+
+@pytest.mark.parametrize(
+    "numbers", [{"protected": 40, "active": 90}, {"protected": 70, "active": 60}], ids=["under", "over"]
+)
+def test_l3_a_protected_term_that_is_not_the_claims_footprint_evidences_no_f(numbers: dict[str, int]) -> None:
+    """Arithmetic that adds up, but a protected term below the blocking claim's 60-block
+    footprint (or above every responsible claim's footprint together) accounts no footprint."""
+    kinds = witnessed(l3_trace(**numbers))
+    assert W.capacity_conflict_attributed in kinds and W.footprint_accounted not in kinds
+
+
 @pytest.mark.parametrize(
     "numbers",
     [{"shortfall": 49}, {"total": 129}, {"usable": 81}, {"active": 10}],
