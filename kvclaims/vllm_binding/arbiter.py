@@ -76,6 +76,7 @@ from kvclaims.vllm_binding.metadata import (
     shown,
 )
 from kvclaims.vllm_binding.registry import (
+    PINNED_MODES,
     RESPONSIBLE_STATES,
     SETTLED_STATES,
     ClaimRecord,
@@ -139,10 +140,13 @@ class RequestBook:
     last_conflict: tuple[Any, ...] | None = None
     live_blocks: int | None = None
     checked_version: int = -1
+    restores: list[str] = field(default_factory=list)
+    """Offloaded claims this request loads back (their blocks become its blocks)."""
 
     @property
     def feeds(self) -> list[str]:
-        return [*self.sourced, *([self.attached] if self.attached else [])]
+        attached = [self.attached] if self.attached else []
+        return list(dict.fromkeys([*self.sourced, *attached, *self.restores]))
 
 
 class ClaimArbiter:
@@ -174,6 +178,11 @@ class ClaimArbiter:
         self._pins_suspect = False
         self._flushed_at_step = -1
         self.sink: EventSink = self._open_sink()
+        from kvclaims.vllm_binding.offload import ClaimOffload
+
+        self.offload: ClaimOffload | None = ClaimOffload.attach(self, scheduler)
+        """The CPU-tier side (offload, restore, restoration failures); None without the
+        binding's connector."""
 
     # -- telemetry ------------------------------------------------------------------------
 
@@ -194,6 +203,13 @@ class ClaimArbiter:
     def _emit(self, event_type: type[_Event], **fields: Any) -> None:
         if self.sink.enabled:
             self.sink.emit(event_type, engine_step=self.step, **fields)
+
+    emit = _emit
+    """Emit one trace event at the current engine step (for the arbiter's helpers)."""
+
+    @property
+    def scheduler(self) -> Any:
+        return self._s
 
     def enter(self) -> None:
         """A vLLM entry point begins (pair with `leave`, in a `finally`)."""
@@ -231,6 +247,14 @@ class ClaimArbiter:
     def close(self) -> None:
         self._drain_finished()
         self.sink.close()
+
+    def release_everything(self) -> None:
+        """Drop every claim's pins and host-copy holds without reporting (the arbiter is being
+        replaced on an idle engine; its trace ends here)."""
+        for record in list(self.registry.claims.values()):
+            self._unpin_all(record)
+            record.drop_all()
+            self.registry.retire(record)
 
     def cache_identity(self, namespace: str) -> CacheIdentity:
         """The cache identity of claims made on this engine under a cache salt `namespace`."""
@@ -326,9 +350,9 @@ class ClaimArbiter:
             )
             return
         hashes = tuple(request.block_hashes[:footprint])
-        preserving = claim.protection_mode is not ProtectionMode.best_effort
-        problem = self.registry.admission_problem(owner, hashes, preserving) or (
-            self._feasibility_problem(request, hashes) if preserving else None
+        pinned = claim.protection_mode in PINNED_MODES
+        problem = self.registry.admission_problem(owner, hashes, pinned) or (
+            self._feasibility_problem(request, hashes) if pinned else None
         )
         if problem is not None:
             self._reject(claim.claim_id, problem, book, spend=True)
@@ -344,6 +368,8 @@ class ClaimArbiter:
         self.registry.add(record)
         book.sourced.append(record.claim_id)
         self._materializing.add(record)
+        if record.offloadable and self.offload is not None:
+            self.offload.hold(record)
         if record.expires_at_step is not None:
             heapq.heappush(self._expiries, (record.expires_at_step, len(self._expiries), record.claim_id))
         self._emit(ResidentClaimAccepted, request_id=book.trace_id, **terms)
@@ -356,6 +382,13 @@ class ClaimArbiter:
             return f"mode {op.mode} is not supported by this binding"
         if request.cache_salt is not None and len(request.cache_salt) > MAX_IDENTIFIER_LENGTH:
             return f"cache_salt longer than {MAX_IDENTIFIER_LENGTH} characters cannot name a claim namespace"
+        if op.mode is ProtectionMode.offloadable:
+            if self.offload is None:
+                return (
+                    "offloadable claims need the binding's offload connector "
+                    "(BindingConfig.offload / ClaimOffloadingConnector); this engine has none"
+                )
+            return self.offload.terms_problem(op)
         return None
 
     def _feasibility_problem(self, request: Request, hashes: tuple[Any, ...]) -> str | None:
@@ -414,11 +447,14 @@ class ClaimArbiter:
     # -- claim state changes ---------------------------------------------------------------
 
     def _unpin_all(self, record: ClaimRecord) -> None:
-        """Drop the claim's extra references (tail first, so the tail is evicted first)."""
+        """Drop the claim's extra references (tail first, so the tail is evicted first) and,
+        for an offloadable claim, its hold on its host copy: responsibility is ending."""
         pinned = [block for _, block in record.held()] if record.protected else []
         self.registry.unprotect(record)
         if pinned:
             self._pool.free_blocks(reversed(pinned))
+        if record.offloadable and self.offload is not None:
+            self.offload.release(record)
 
     def _settle(self, record: ClaimRecord, state: ClaimState, reason: str) -> None:
         """Demote or expire: responsibility ends before any loss; blocks stay watched."""
@@ -521,6 +557,18 @@ class ClaimArbiter:
             if pinned or not record.protected:
                 self._check_record(record)
 
+    def check_claim(self, record: ClaimRecord) -> None:
+        """Report now any block the claim lost (e.g. before a restoration is reported)."""
+        self._check_record(record)
+
+    def demote(self, record: ClaimRecord, reason: str) -> None:
+        """End a responsible claim's responsibility by demotion (reported before any loss)."""
+        self._settle(record, ClaimState.demoted, reason)
+
+    def watch_materialization(self, record: ClaimRecord) -> None:
+        """Hold the claim's blocks again as its feeders compute or load them."""
+        self._materializing.add(record)
+
     def _check_record(self, record: ClaimRecord) -> None:
         keys = record.keys
         lost = [
@@ -535,6 +583,12 @@ class ClaimArbiter:
         pinned = record.protected
         if pinned:
             self.registry.pins_changed()
+        if record.offloadable and record.state is ClaimState.materialized and self.offload is not None:
+            leading_after = min(record.leading_blocks, min(position for position, _ in lost))
+            if leading_after < record.required_blocks:
+                # Offloaded, not harmed, iff the host copy already holds the whole predicate;
+                # reported before the removals that break the predicate on the device.
+                self.offload.offload_if_restorable(record)
         for position, block in lost:
             if pinned:
                 self._pool.free_blocks([block])
@@ -705,6 +759,10 @@ class ClaimArbiter:
             book.phase = "waiting"
             self._deferred.discard(request_id)
 
+    def refuse(self, request: Request, stop_reason: str) -> None:
+        """Finish `request` now as refused (the refusal event was emitted by the caller)."""
+        self._refuse(request, stop_reason)
+
     def _refuse(self, request: Request, stop_reason: str) -> None:
         self._deferred.discard(request.request_id)
         request.stop_reason = stop_reason
@@ -743,23 +801,33 @@ class ClaimArbiter:
         hits = {data.req_id: data.num_computed_tokens for data in output.scheduled_new_reqs}
         for request_id in admitted:
             book = self._books.get(request_id)
-            if book is None or book.phase == "admitted":
+            if book is None:
                 continue
             request = self._s.requests[request_id]
-            if book.live_blocks is None or book.checked_version != self.registry.version:
-                overlap = self.registry.overlap(request.block_hashes, book.sourced)
-                book.live_blocks = self._peak_blocks(request) - overlap.credited
-            self._end_deferral(request_id, book)
-            book.phase = "admitted"
-            if self.sink.enabled:
-                self._emit(
-                    ActiveRequestAdmitted,
-                    request_id=book.trace_id,
-                    active_live_blocks=book.live_blocks,
-                    prefix_hit_blocks=hits.get(request_id, 0) // self.block_size,
-                )
+            if book.phase != "admitted":
+                self.admit(request, book, hits.get(request_id, 0) // self.block_size)
             if book.attached is not None and request_id in hits:
                 self._report_reuse(request, book, hits[request_id] // self.block_size)
+        if self.offload is not None:
+            self.offload.after_schedule()
+
+    def book_of(self, request_id: str) -> RequestBook | None:
+        return self._books.get(request_id)
+
+    def admit(self, request: Request, book: RequestBook, prefix_hit_blocks: int) -> None:
+        """Report `request` admitted: vLLM gave it blocks (to compute or to load into)."""
+        if book.live_blocks is None or book.checked_version != self.registry.version:
+            overlap = self.registry.overlap(request.block_hashes, book.sourced)
+            book.live_blocks = self._peak_blocks(request) - overlap.credited
+        self._end_deferral(request.request_id, book)
+        book.phase = "admitted"
+        if self.sink.enabled:
+            self._emit(
+                ActiveRequestAdmitted,
+                request_id=book.trace_id,
+                active_live_blocks=book.live_blocks,
+                prefix_hit_blocks=prefix_hit_blocks,
+            )
 
     def _report_reuse(self, request: Request, book: RequestBook, hit_blocks: int) -> None:
         record = self.registry.claims.get(book.attached or "")
@@ -768,6 +836,8 @@ class ClaimArbiter:
             record = self.registry.claims.get(record.claim_id)
         if record is None:
             return
+        if record.responsible:
+            self._advance(record, request)  # blocks it restored or shares are reported first
         shared = min(hit_blocks, agreement(request.block_hashes, record.hashes))
         satisfied = shared >= record.required_blocks and record.state in (
             ClaimState.materialized,
@@ -782,6 +852,12 @@ class ClaimArbiter:
         )
 
     # -- after a model step; finishing requests; resets -------------------------------------
+
+    def before_update(self, connector_output: Any) -> None:
+        """A model step's output arrives: map its failed and completed loads to claims before
+        vLLM's own handling (its invalid-KV-load path and terminal handling) sees them."""
+        if self.offload is not None and connector_output is not None:
+            self.offload.before_update(connector_output)
 
     def after_update(self, outputs: dict[int, EngineCoreOutputs]) -> None:
         self.check_blocks(pinned=False)
@@ -798,6 +874,8 @@ class ClaimArbiter:
         if book is None:
             return
         self._deferred.discard(request.request_id)
+        if self.offload is not None:
+            self.offload.request_finishing(request.request_id)
         for claim_id in book.feeds:
             record = self.registry.claims.get(claim_id)
             if record is not None:

@@ -11,7 +11,7 @@ Client input (per-request claim metadata) is never read from here; see `metadata
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -46,11 +46,50 @@ SUPPORTED_MODES: frozenset[ProtectionMode] = frozenset(
         ProtectionMode.hard_protected,
         ProtectionMode.demotable,
         ProtectionMode.expiring,
+        ProtectionMode.offloadable,
     }
 )
 """Modes this binding accepts. soft_priority needs a priority-influence mechanism vLLM's free
-queue lacks, offloadable needs the offload connector, routed_reuse a router: claims in those
-modes are rejected with a reason, never accepted and silently downgraded."""
+queue lacks, routed_reuse a router: claims in those modes are rejected with a reason, never
+accepted and silently downgraded. offloadable is accepted only on an engine running the
+binding's offload connector (`OffloadSettings`); elsewhere it is rejected with that reason."""
+
+
+class OffloadSettings(SpecModel):
+    """The CPU tier under the binding's connector (`kvclaims.vllm_binding.connector`): vLLM's
+    `OffloadingConnector` with the claim-aware CPU policy and a worker that runs on CPU too.
+    `engine_kwargs()` turns it into vLLM's `kv_transfer_config`."""
+
+    cpu_bytes: PositiveInt
+    """Host memory for offloaded KV (vLLM's `cpu_bytes_to_use`)."""
+    blocks_per_chunk: PositiveInt = 1
+    """Device blocks per CPU-tier chunk."""
+    kv_load_failure_policy: Literal["fail", "recompute"] = "fail"
+    """vLLM's policy for failed loads nobody claims; claimed ones end in a claim outcome."""
+    load_faults: dict[str, Any] | None = None
+    """A `LoadFaultPlan` (tests and failure-injection lanes only; off when absent)."""
+
+    def kv_transfer_config(self) -> dict[str, Any]:
+        """vLLM's `KVTransferConfig` fields for this tier."""
+        extra: dict[str, Any] = {
+            "cpu_bytes_to_use": self.cpu_bytes,
+            "blocks_per_chunk": self.blocks_per_chunk,
+            "spec_name": "ClaimCPUOffloadingSpec",
+            "spec_module_path": "kvclaims.vllm_binding.offload_spec",
+            "eviction_policy": "ClaimAwareLRUPolicy",
+            "cache_policy_module_path": "kvclaims.vllm_binding.cache_policy",
+            "self_describing_kv_events": True,
+        }
+        if self.load_faults is not None:
+            extra["kvclaims_load_faults"] = self.load_faults
+        return {
+            "kv_connector": "ClaimOffloadingConnector",
+            "kv_connector_module_path": "kvclaims.vllm_binding.connector",
+            "kv_role": "kv_both",
+            "kv_load_failure_policy": self.kv_load_failure_policy,
+            "kv_connector_extra_config": extra,
+        }
+
 
 _DEFAULT_ACTIONS: dict[ProtectionMode, ConflictAction] = {
     ProtectionMode.hard_protected: ConflictAction.refuse,
@@ -92,6 +131,22 @@ class BindingConfig(SpecModel):
     """Claims held at once (any state but released / harmed)."""
     max_decided_claim_ids: PositiveInt = 1_000_000
     """Claim ids are single-use; beyond this many decided ids new claims are rejected."""
+    max_restore_attempts: PositiveInt = 3
+    """Under `kv_load_failure_policy=recompute`, a claim's restoration for one request that
+    failed this many times ends in its claim-scoped outcome (a refusal) instead of being
+    retried forever (stock vLLM livelocks on a persistent CPU-tier fault). Under `fail` the
+    first failure does. Unclaimed loads are capped alike (the request finishes, no claim)."""
+    cpu_tier_pressure: Literal["keep", "demote"] = "keep"
+    """When the CPU tier is full of claimed host copies: `keep` them (new stores are dropped,
+    as vLLM drops any store that does not fit), or `demote` the oldest offloadable claims
+    first (reported before any of their chunks can be evicted)."""
+    negative_control: Literal["fallback_recompute", "generic_counters"] | None = None
+    """NEGATIVE CONTROLS ONLY: replace the claim-scoped failure path with a deliberately unsound
+    one whose traces refinement must reject: `fallback_recompute` recomputes a failed
+    restoration with no claim outcome; `generic_counters` sees only a generic failure counter
+    and blames the claim the request reused. Never set this when serving."""
+    offload: OffloadSettings | None = None
+    """Run the binding's offload connector (needed for offloadable claims)."""
 
     @model_validator(mode="after")
     def _actions_are_legal(self) -> BindingConfig:
@@ -110,11 +165,15 @@ class BindingConfig(SpecModel):
         return self.conflict_actions.get(mode, _DEFAULT_ACTIONS[mode])
 
     def engine_kwargs(self) -> dict[str, Any]:
-        """`vllm.LLM` / `EngineArgs` keyword arguments that start an engine with the binding."""
-        return {
+        """`vllm.LLM` / `EngineArgs` keyword arguments that start an engine with the binding
+        (and, with `offload`, its connector: `kv_transfer_config`)."""
+        kwargs: dict[str, Any] = {
             "scheduler_cls": SCHEDULER_CLS,
             "additional_config": {ADDITIONAL_CONFIG_KEY: self.model_dump(mode="json", exclude_defaults=True)},
         }
+        if self.offload is not None:
+            kwargs["kv_transfer_config"] = self.offload.kv_transfer_config()
+        return kwargs
 
     @classmethod
     def from_additional_config(cls, additional_config: object) -> BindingConfig:

@@ -8,8 +8,11 @@ never breaks an engine that does not use the binding.
 
 vLLM has no registry for scheduler classes (they are selected by qualified name with
 `--scheduler-cls`), so the scheduler needs no registration; components vLLM does look up by
-name (KV connectors, offloading specs, CPU-tier cache policies) are listed in
-`NAMED_COMPONENTS` and registered here.
+name are listed in `NAMED_COMPONENTS` and registered here: the offload connector
+(`KVConnectorFactory`, name `KVClaimsOffloadingConnector`), its offloading spec
+(`OffloadingSpecFactory`, `KVClaimsCPUOffloadingSpec`) and the claim-aware CPU-tier policy
+(`CachePolicyFactory`, `kvclaims_claim_lru`). The module-path form of each (what
+`BindingConfig.engine_kwargs()` writes) works without the plugin as well.
 """
 
 from __future__ import annotations
@@ -40,9 +43,54 @@ class NamedComponent:
     registrar: Callable[[str, str, str], None]
 
 
-NAMED_COMPONENTS: tuple[NamedComponent, ...] = ()
-"""Components registered by name. The scheduler lane has none (see module docstring); the
-offload connector of the engine lane adds its connector, spec and policy rows here."""
+def _register_connector(name: str, module: str, class_name: str) -> None:
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+
+    _idempotent(KVConnectorFactory.register_connector, name, module, class_name)
+
+
+def _register_spec(name: str, module: str, class_name: str) -> None:
+    from vllm.v1.kv_offload.factory import OffloadingSpecFactory
+
+    _idempotent(OffloadingSpecFactory.register_spec, name, module, class_name)
+
+
+def _register_cache_policy(name: str, module: str, class_name: str) -> None:
+    from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
+
+    _idempotent(CachePolicyFactory.register_cache_policy, name, module, class_name)
+
+
+def _idempotent(registrar: Callable[[str, str, str], None], *args: str) -> None:
+    """vLLM's registries refuse a second registration of a name; a re-run plugin is a no-op."""
+    try:
+        registrar(*args)
+    except ValueError as error:
+        if "already registered" not in str(error):
+            raise
+
+
+NAMED_COMPONENTS: tuple[NamedComponent, ...] = (
+    NamedComponent(
+        "KVClaimsOffloadingConnector",
+        "kvclaims.vllm_binding.connector",
+        "ClaimOffloadingConnector",
+        _register_connector,
+    ),
+    NamedComponent(
+        "KVClaimsCPUOffloadingSpec",
+        "kvclaims.vllm_binding.offload_spec",
+        "ClaimCPUOffloadingSpec",
+        _register_spec,
+    ),
+    NamedComponent(
+        "kvclaims_claim_lru",
+        "kvclaims.vllm_binding.cache_policy",
+        "ClaimAwareLRUPolicy",
+        _register_cache_policy,
+    ),
+)
+"""Components vLLM resolves by name (the scheduler is selected by qualified name instead)."""
 
 _registered = False
 
@@ -99,7 +147,10 @@ def register() -> None:
         logger.error("kvclaims: not registering the vLLM binding: %s", reason)
         return
     for component in NAMED_COMPONENTS:
-        component.registrar(component.name, component.module, component.class_name)
+        try:
+            component.registrar(component.name, component.module, component.class_name)
+        except Exception as error:  # never break an engine that does not use the binding
+            logger.error("kvclaims: could not register %s: %s", component.name, error)
     logger.info("kvclaims: vLLM binding available; start vLLM with --scheduler-cls %s", _scheduler_cls())
 
 

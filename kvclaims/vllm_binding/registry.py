@@ -7,8 +7,8 @@ blocks are protected, which of a request's leading blocks are shared with protec
 (and which of those are guaranteed resident), and which claims block a request.
 
 Invariants: a claim id is decided at most once (single-use ids); the protected-block index
-counts exactly the hashes of claims that are `protected` (preserving mode, accepted or
-materialized), globally and per owner; `version` changes whenever that index or a protected
+counts exactly the hashes of claims that are `protected` (a pinned mode, responsible),
+globally and per owner; `version` changes whenever that index or a protected
 claim's pins change, so cached feasibility answers expire.
 """
 
@@ -21,11 +21,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvclaims.spec.claims import ResidentClaimInput
-from kvclaims.spec.tables import PRESERVING_MODES
+from kvclaims.spec.tables import OFFLOAD_MODES, PRESERVING_MODES
 from kvclaims.spec.vocabulary import ClaimState, ProtectionMode
 
-RESPONSIBLE_STATES = frozenset({ClaimState.accepted, ClaimState.materialized})
+RESPONSIBLE_STATES = frozenset(
+    {ClaimState.accepted, ClaimState.materialized, ClaimState.offloaded, ClaimState.restoring}
+)
 """States in which the runtime still answers for the claim's predicate."""
+
+PINNED_MODES: frozenset[ProtectionMode] = PRESERVING_MODES - OFFLOAD_MODES
+"""Modes whose blocks are pinned in device memory while responsible. An offloadable claim is
+preserving too, but its guarantee is "resident or restorable": its device blocks may go once
+its host copy is complete, so it is watched on the device and held in the CPU tier instead."""
 
 SETTLED_STATES = frozenset({ClaimState.demoted, ClaimState.expired})
 """States after responsibility ended but before release: loss is post-release loss."""
@@ -100,9 +107,13 @@ class ClaimRecord:
         return self.state in RESPONSIBLE_STATES
 
     @property
+    def offloadable(self) -> bool:
+        return self.mode in OFFLOAD_MODES
+
+    @property
     def protected(self) -> bool:
-        """Its blocks are pinned and count against the pool: preserving and responsible."""
-        return self.preserving and self.responsible
+        """Its blocks are pinned and count against the pool: a pinned mode, responsible."""
+        return self.mode in PINNED_MODES and self.responsible
 
     @property
     def expires_at_step(self) -> int | None:
@@ -196,13 +207,14 @@ class ClaimRegistry:
         """Spend a claim id: it will never be decided again (DESIGN 4 rule 1)."""
         self._decided.add(claim_id)
 
-    def admission_problem(self, owner: str, hashes: Sequence[Any], preserving: bool) -> str | None:
-        """Why a new claim of `owner` over `hashes` may not be accepted now, or None."""
+    def admission_problem(self, owner: str, hashes: Sequence[Any], pinned: bool) -> str | None:
+        """Why a new claim of `owner` over `hashes` may not be accepted now, or None (`pinned`:
+        it would pin its blocks, so the protected-block budgets apply)."""
         if len(self._decided) >= self.max_decided_claim_ids:
             return f"claim registry full: {self.max_decided_claim_ids} claim ids already decided"
         if len(self.claims) >= self.max_claims:
             return f"claim registry full: {self.max_claims} claims held"
-        if not preserving:
+        if not pinned:
             return None
         new = set(hashes)
         total = len(self._protected.keys() | new)
@@ -276,6 +288,11 @@ class ClaimRegistry:
 
     def protected(self) -> Iterator[ClaimRecord]:
         return (r for r in self.claims.values() if r.protected)
+
+    def on_chain(self, first_hash: Any) -> list[ClaimRecord]:
+        """Claims whose prefix starts with the block hashed `first_hash` (the only ones a
+        request starting with that block can share anything with)."""
+        return list(self._by_first_hash.get(first_hash, ()))
 
     def overlap(self, block_hashes: Sequence[Any], sourced: Collection[str]) -> Overlap:
         """Leading blocks of a request shared with protected claims.

@@ -9,7 +9,8 @@ The mixin only adds hooks around vLLM's own entry points and calls them unchange
 logic lives in `ClaimArbiter`. Hook order per engine step:
     add_request   -> super, then claim operations of the new request
     schedule      -> expiry + feasibility (refuse / defer / demote), super, admissions
-    update_from_output -> super, then loss checks, materialization, refusal outputs
+    update_from_output -> claim outcomes of failed / completed loads, super, then loss checks,
+                          materialization, refusal outputs
     _free_request -> feeders pin their claim blocks while still reachable, then super
 """
 
@@ -82,6 +83,8 @@ class ClaimSchedulerMixin:
             arbiter.mark_pins_suspect()
         arbiter.enter()
         try:
+            # Failed and completed loads become claim outcomes before vLLM handles them.
+            arbiter.before_update(connector_output)
             outputs: dict[int, EngineCoreOutputs] = super().update_from_output(  # type: ignore[misc]
                 scheduler_output, model_runner_output
             )
@@ -110,6 +113,16 @@ class ClaimSchedulerMixin:
             )
             self.kvclaims.check_blocks(pinned=True)
             return reset
+
+    def kvclaims_restart(self, config: BindingConfig) -> None:
+        """Start a fresh claim arbiter (lanes that run many scenarios on one engine; call only
+        while the engine is idle). The old arbiter releases its pins and host-copy holds
+        without reporting anything and closes its trace; vLLM's prefix caches, device and CPU
+        tier, are reset between the two, so no scenario sees another's blocks."""
+        self.kvclaims.release_everything()
+        self.kvclaims.close()
+        super().reset_prefix_cache(reset_connector=self.connector is not None)  # type: ignore[misc]
+        self.kvclaims = ClaimArbiter(self, config)
 
     def shutdown(self) -> None:
         try:

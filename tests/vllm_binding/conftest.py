@@ -28,13 +28,18 @@ def vllm_missing_reason() -> str | None:
     return None
 
 
-@pytest.fixture(autouse=True)
-def _require_vllm(request: pytest.FixtureRequest) -> None:
-    if request.node.get_closest_marker("vllm") is None:
-        return
+def require_vllm() -> None:
+    """Skip (or, under KVCLAIMS_REQUIRE_VLLM=1, fail) when vLLM cannot run here. Module-scoped
+    fixtures that start vLLM call this first: they are set up before the autouse check."""
     reason = vllm_missing_reason()
     if reason is None:
         return
     if os.environ.get("KVCLAIMS_REQUIRE_VLLM") == "1":
         pytest.fail(f"KVCLAIMS_REQUIRE_VLLM=1 but {reason}", pytrace=False)
     pytest.skip(f"{reason} (run `make setup-vllm`)")
+
+
+@pytest.fixture(autouse=True)
+def _require_vllm(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("vllm") is not None:
+        require_vllm()

@@ -61,3 +61,30 @@ def test_binding_package_imports_without_touching_vllm() -> None:
         "import kvclaims.cli; assert 'vllm' not in sys.modules, sorted(m for m in sys.modules if 'vllm' in m)"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.vllm
+def test_the_components_are_registered_by_name_in_vllms_own_registries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+    from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
+    from vllm.v1.kv_offload.factory import OffloadingSpecFactory
+
+    from kvclaims.vllm_binding.cache_policy import ClaimAwareLRUPolicy
+    from kvclaims.vllm_binding.connector import ClaimOffloadingConnector
+    from kvclaims.vllm_binding.offload_spec import ClaimCPUOffloadingSpec
+
+    monkeypatch.setattr(plugin, "_registered", False)
+    plugin.register()
+    monkeypatch.setattr(plugin, "_registered", False)
+    plugin.register()  # a second process-level run must not raise on vLLM's duplicate check
+    assert (
+        KVConnectorFactory.get_connector_class_by_name("KVClaimsOffloadingConnector")
+        is ClaimOffloadingConnector
+    )
+    assert (
+        OffloadingSpecFactory.get_spec_cls({"spec_name": "KVClaimsCPUOffloadingSpec"})
+        is ClaimCPUOffloadingSpec
+    )
+    assert CachePolicyFactory.get_cache_policy_cls("kvclaims_claim_lru") is ClaimAwareLRUPolicy

@@ -70,19 +70,19 @@ def test_best_effort_claims_protect_nothing() -> None:
     reg = registry()
     reg.add(record("a", prefix("p", 10), mode="best_effort"))
     assert reg.protected_blocks == 0
-    assert reg.admission_problem("o", prefix("q", 60), preserving=False) is None
+    assert reg.admission_problem("o", prefix("q", 60), pinned=False) is None
 
 
 def test_global_and_owner_budgets() -> None:
     reg = registry(usable=80, fraction=0.5, owner_fraction=0.375)  # caps 40 and 30
     assert reg.protected_cap == 40 and reg.owner_protected_cap == 30
     reg.add(record("a1", prefix("a", 25), owner="alice"))
-    owner_problem = reg.admission_problem("alice", prefix("x", 10), preserving=True)
+    owner_problem = reg.admission_problem("alice", prefix("x", 10), pinned=True)
     assert owner_problem is not None and owner_problem.startswith("owner budget")
-    global_problem = reg.admission_problem("bob", prefix("y", 20), preserving=True)
+    global_problem = reg.admission_problem("bob", prefix("y", 20), pinned=True)
     assert global_problem is not None and global_problem.startswith("protected-block budget")
     # sharing blocks costs nothing extra
-    assert reg.admission_problem("alice", prefix("a", 25), preserving=True) is None
+    assert reg.admission_problem("alice", prefix("a", 25), pinned=True) is None
 
 
 def test_claim_ids_are_single_use_and_bounded() -> None:
@@ -93,7 +93,7 @@ def test_claim_ids_are_single_use_and_bounded() -> None:
     assert reg.is_decided("a") and "a" not in reg.claims
     for i in range(19):
         reg.decide(f"x{i}")
-    problem = reg.admission_problem("o", prefix("q", 1), preserving=True)
+    problem = reg.admission_problem("o", prefix("q", 1), pinned=True)
     assert problem is not None and "already decided" in problem
 
 

@@ -1,0 +1,357 @@
+"""The CPU-tier side of the arbiter: offloaded claims, their restorations, and restoration failures.
+
+Present only when the engine runs the binding's connector (`connector.ClaimOffloadingConnector`).
+Semantics for an accepted `offloadable` claim (DESIGN 2.1, 6; seed 000 paths A-C):
+
+- Its device blocks are watched, not pinned; its host chunks (the CPU tier's copy of its prefix)
+  are held by the claim-aware CPU policy while it is responsible, so the tier never evicts them.
+- **Offloaded**: when the device loses a block that breaks its predicate and the CPU tier holds
+  every chunk the predicate needs, `resident_claim_offloaded(tier=cpu)` is reported before the
+  removals. Without a complete host copy the same loss is harm.
+- **Restore required**: when vLLM schedules a load carrying the claim's predicate blocks for a
+  request (the claim is the load's claim tag), the request is reported admitted and
+  `resident_claim_restore_required(claim, request)` follows, once per (claim, request).
+- **Restored**: when every worker reports the load done without failure.
+- **Restoration failed**: a failed load (reported by the connector's worker into vLLM's
+  invalid-KV-load path) is mapped to the claims it carried *before* vLLM handles it. Under
+  `kv_load_failure_policy=fail`, and under `recompute` once `max_restore_attempts` are used, the
+  claim gets `resident_claim_restoration_failed(outcome=refusal)` and the request the fail-closed
+  `active_request_refused(reason=restoration_failed, blocking_claim_ids=[claim])`; it then
+  finishes as refused (finish_reason abort, stop_reason `kvclaims:refused:restoration_failed:
+  <claim>`), so its `request_finished` follows the refusal. Below the cap vLLM retries the load
+  under the same open restoration (no livelock: the cap always ends it). A failed load that
+  restores no claim is vLLM's to handle, except that under `recompute` the binding caps it too.
+
+Negative controls (`BindingConfig.negative_control`) swap this failure path for a deliberately
+unsound one, so that refinement can be shown to reject it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+from vllm.v1.kv_offload.base import OffloadKey, make_offload_key
+
+from kvclaims.spec.trace import (
+    ActiveRequestRefused,
+    ConflictReason,
+    FaultInjected,
+    ResidentClaimOffloaded,
+    ResidentClaimRestorationFailed,
+    ResidentClaimRestored,
+    ResidentClaimRestoreRequired,
+)
+from kvclaims.spec.vocabulary import ClaimState
+from kvclaims.vllm_binding.arbiter import trace_request_id
+from kvclaims.vllm_binding.connector import ClaimOffloadingConnector, FailedLoad
+from kvclaims.vllm_binding.registry import ClaimRecord, agreement
+from kvclaims.vllm_binding.restoration import LoadJob, RestorationLedger
+
+if TYPE_CHECKING:
+    from kvclaims.vllm_binding.arbiter import ClaimArbiter
+    from kvclaims.vllm_binding.metadata import ClaimRequest
+
+TIER = "cpu"
+RESTORATION_STOP_PREFIX = "kvclaims:refused:restoration_failed"
+LOAD_FAILED_STOP_PREFIX = "kvclaims:load_failed"
+_UNCAPPED = math.inf
+
+
+class ClaimOffload:
+    """Offload, restore and restoration-failure handling for one arbiter (see module docstring)."""
+
+    def __init__(self, arbiter: ClaimArbiter, connector: ClaimOffloadingConnector) -> None:
+        self.arbiter = arbiter
+        self.connector = connector
+        self.policy = connector.claim_policy
+        self.blocks_per_chunk = connector.blocks_per_chunk
+        self.ledger = RestorationLedger()
+        self._reports: dict[int, int] = {}
+        connector.bind(self)
+        if self.policy is not None:
+            self.policy.guardian = self
+
+    @classmethod
+    def attach(cls, arbiter: ClaimArbiter, scheduler: Any) -> ClaimOffload | None:
+        """The offload side of `arbiter`, or None when the engine runs no claim connector."""
+        connector = getattr(scheduler, "connector", None)
+        return cls(arbiter, connector) if isinstance(connector, ClaimOffloadingConnector) else None
+
+    # -- claim terms and host-copy holds ---------------------------------------------------
+
+    def terms_problem(self, op: ClaimRequest) -> str | None:
+        """Why an offloadable claim with these terms cannot be kept here, or None."""
+        if self.policy is None:
+            return (
+                "the CPU tier's eviction policy is not ClaimAwareLRUPolicy, so a host copy could "
+                "be evicted while its claim is responsible"
+            )
+        assert op.footprint_blocks is not None
+        per_chunk, block = self.blocks_per_chunk, self.arbiter.block_size
+        required = op.predicate_blocks or (
+            -(-op.predicate_tokens // block) if op.predicate_tokens else op.footprint_blocks
+        )
+        if op.footprint_blocks % per_chunk or required % per_chunk:
+            return (
+                f"footprint ({op.footprint_blocks}) and predicate ({required}) blocks must be "
+                f"multiples of the CPU tier's {per_chunk} blocks per chunk"
+            )
+        return None
+
+    def _keys(self, record: ClaimRecord, blocks: int | None = None) -> list[OffloadKey]:
+        """The CPU-tier keys of the chunks holding the claim's first `blocks` blocks."""
+        per_chunk = self.blocks_per_chunk
+        count = len(record.hashes) if blocks is None else blocks
+        return [
+            make_offload_key(record.hashes[(i + 1) * per_chunk - 1], 0) for i in range(count // per_chunk)
+        ]
+
+    def hold(self, record: ClaimRecord) -> None:
+        """Keep the claim's host chunks out of CPU-tier eviction while it is responsible."""
+        if self.policy is not None:
+            self.policy.hold(record.claim_id, self._keys(record))
+
+    def release(self, record: ClaimRecord) -> None:
+        """Responsibility ended: the claim's host chunks become ordinary cache entries."""
+        if self.policy is not None:
+            self.policy.release(record.claim_id)
+        self.ledger.close_claim(record.claim_id)
+
+    def host_copy_ready(self, record: ClaimRecord) -> bool:
+        """Whether the CPU tier holds every chunk the claim's predicate needs."""
+        return self.connector.host_copy_ready(self._keys(record, record.required_blocks))
+
+    def offload_if_restorable(self, record: ClaimRecord) -> None:
+        """The device is about to lose the predicate: with a complete host copy, the claim is
+        offloaded (reported now, before the removals); otherwise it is left to be harmed."""
+        if self.host_copy_ready(record):
+            record.state = ClaimState.offloaded
+            self.arbiter.registry.version += 1
+            self.arbiter.emit(ResidentClaimOffloaded, claim_id=record.claim_id, tier=TIER)
+
+    # -- the connector's claim directory ---------------------------------------------------
+
+    def on_load_scheduled(
+        self, job_id: int, request_id: str, first_block: int, num_blocks: int
+    ) -> tuple[str, ...]:
+        """Book a scheduled load; its claim tags are the responsible offloadable claims whose
+        predicate blocks it carries for this request (the request shares the whole predicate)."""
+        request = self.arbiter.scheduler.requests.get(request_id)
+        tags: list[str] = []
+        hashes = request.block_hashes if request is not None else ()
+        if hashes:
+            for record in self.arbiter.registry.on_chain(hashes[0]):
+                if (
+                    record.offloadable
+                    and record.responsible
+                    and first_block < record.required_blocks
+                    and agreement(hashes, record.hashes) >= record.required_blocks
+                ):
+                    tags.append(record.claim_id)
+        self.ledger.book(LoadJob(job_id, request_id, tuple(tags), first_block, num_blocks))
+        return tuple(tags)
+
+    # -- after schedule(): admissions and restore_required ---------------------------------
+
+    def after_schedule(self) -> None:
+        arbiter = self.arbiter
+        for job in self.ledger.take_new():
+            request = arbiter.scheduler.requests.get(job.request_id)
+            book = arbiter.book_of(job.request_id)
+            if request is None or book is None:
+                continue
+            if book.phase != "admitted":
+                arbiter.admit(request, book, prefix_hit_blocks=job.first_block)
+            for claim_id in job.claim_ids:
+                record = arbiter.registry.claims.get(claim_id)
+                if record is None:
+                    continue
+                arbiter.check_claim(record)  # a device loss not yet reported comes first
+                if record.state not in (ClaimState.offloaded, ClaimState.restoring):
+                    continue
+                if not self.ledger.open_restoration(claim_id, job.request_id):
+                    continue  # a retry of an open restoration
+                record.state = ClaimState.restoring
+                record.feeders.add(job.request_id)
+                book.restores.append(claim_id)
+                arbiter.emit(ResidentClaimRestoreRequired, claim_id=claim_id, request_id=book.trace_id)
+
+    # -- before update_from_output(): completed and failed loads ----------------------------
+
+    def before_update(self, connector_output: Any) -> None:
+        meta = connector_output.kv_connector_worker_meta
+        if meta is None:
+            return
+        failed: dict[int, FailedLoad] = getattr(meta, "failed_loads", {})
+        for job_id, failure in failed.items():
+            self._reports.pop(job_id, None)
+            self._load_failed(job_id, failure)
+        for job_id, count in meta.completed_jobs.items():
+            if job_id in failed or job_id not in self.ledger.jobs:
+                continue
+            reported = self._reports.get(job_id, 0) + count
+            if reported < self.connector.num_workers:
+                self._reports[job_id] = reported
+                continue
+            self._reports.pop(job_id, None)
+            self._load_succeeded(job_id)
+
+    def _trace_id(self, request_id: str) -> str:
+        book = self.arbiter.book_of(request_id)
+        return book.trace_id if book is not None else trace_request_id(request_id)
+
+    def _load_succeeded(self, job_id: int) -> None:
+        job, restored = self.ledger.succeeded(job_id)
+        if job is None:
+            return
+        registry = self.arbiter.registry
+        for claim_id in restored:
+            record = registry.claims.get(claim_id)
+            if record is None or record.state is not ClaimState.restoring:
+                continue
+            record.state = ClaimState.materialized
+            registry.version += 1
+            self.arbiter.watch_materialization(record)
+            self.arbiter.emit(
+                ResidentClaimRestored, claim_id=claim_id, request_id=self._trace_id(job.request_id)
+            )
+
+    def _load_failed(self, job_id: int, failure: FailedLoad) -> None:
+        arbiter = self.arbiter
+        control = arbiter.config.negative_control
+        recompute = bool(arbiter.scheduler.recompute_kv_load_failures)
+        cap = _UNCAPPED if control else (arbiter.config.max_restore_attempts if recompute else 1)
+        job, verdict = self.ledger.failed(job_id, cap)  # type: ignore[arg-type]
+        if job is None:
+            return
+        trace_id = self._trace_id(job.request_id)
+        request = arbiter.scheduler.requests.get(job.request_id)
+        live = request is not None and not request.is_finished()
+        if control == "generic_counters":
+            self._blame_from_counter(job, failure, request if live else None)
+            return
+        if verdict.exhausted and control is None:
+            # The fail-closed outcome first; the note of what failed is context, after it.
+            self._fail_closed(job, verdict.exhausted, verdict.attempts, failure, request if live else None)
+        if failure.injected:
+            arbiter.emit(
+                FaultInjected,
+                kind="cpu_to_gpu_load_failure",
+                claim_id=job.claim_ids[0] if len(job.claim_ids) == 1 else None,
+                request_id=trace_id,
+                attempt=verdict.attempts,
+                failure_reported_mono_ns=failure.reported_mono_ns,
+            )
+        if control == "fallback_recompute":
+            if live and verdict.retried:
+                request.skip_reading_prefix_cache = True  # type: ignore[union-attr]
+        elif (
+            not job.claim_ids
+            and recompute
+            and live
+            and verdict.attempts >= arbiter.config.max_restore_attempts
+        ):
+            # A persistent fault on an unclaimed load: no claim to name, but no livelock either.
+            arbiter.refuse(request, f"{LOAD_FAILED_STOP_PREFIX}:{verdict.attempts} attempts")  # type: ignore[arg-type]
+
+    def _fail_closed(
+        self, job: LoadJob, claims: tuple[str, ...], attempts: int, failure: FailedLoad, request: Any
+    ) -> None:
+        """The claim-scoped outcome, then the fail-closed refusal, before vLLM's handling."""
+        arbiter = self.arbiter
+        registry = arbiter.registry
+        trace_id = self._trace_id(job.request_id)
+        for claim_id in claims:
+            record = registry.claims.get(claim_id)
+            if record is not None and record.state is ClaimState.restoring:
+                if not any(c == claim_id for c, _ in self.ledger.open):
+                    record.state = ClaimState.offloaded
+                registry.version += 1
+            arbiter.emit(
+                ResidentClaimRestorationFailed,
+                claim_id=claim_id,
+                request_id=trace_id,
+                outcome="refusal",
+                attempts=attempts,
+                failure_reported_mono_ns=failure.reported_mono_ns,
+            )
+        if request is None:
+            return
+        named = claims[-1]
+        book = arbiter.book_of(job.request_id)
+        arbiter.emit(
+            ActiveRequestRefused,
+            request_id=trace_id,
+            reason=ConflictReason.restoration_failed,
+            blocking_claim_ids=[named],
+            failure_reported_mono_ns=failure.reported_mono_ns,
+            mono_ns=time.monotonic_ns(),
+        )
+        if book is not None:
+            book.phase = "refused"
+        arbiter.refuse(request, f"{RESTORATION_STOP_PREFIX}:{named}")
+
+    def _blame_from_counter(self, job: LoadJob, failure: FailedLoad, request: Any) -> None:
+        """NEGATIVE CONTROL `generic_counters`: all that is seen is a failure counter (no job,
+        no claim); the naive adapter blames the claim the request reused."""
+        arbiter = self.arbiter
+        arbiter.emit(
+            FaultInjected,
+            kind="generic_kv_load_failed_counter",
+            failure_reported_mono_ns=failure.reported_mono_ns,
+        )
+        book = arbiter.book_of(job.request_id)
+        if request is None or book is None or book.attached is None:
+            return
+        arbiter.emit(
+            ActiveRequestRefused,
+            request_id=book.trace_id,
+            reason=ConflictReason.restoration_failed,
+            blocking_claim_ids=[book.attached],
+            mono_ns=time.monotonic_ns(),
+        )
+        book.phase = "refused"
+        arbiter.refuse(request, f"{RESTORATION_STOP_PREFIX}:{book.attached}")
+
+    def request_finishing(self, request_id: str) -> None:
+        """A request leaves: its open restorations end (none remain on the sound path: each
+        ended restored or failed before the request could finish)."""
+        for claim_id in self.ledger.close_request(request_id):
+            record = self.arbiter.registry.claims.get(claim_id)
+            still_restoring = any(c == claim_id for c, _ in self.ledger.open)
+            if record is not None and record.state is ClaimState.restoring and not still_restoring:
+                record.state = ClaimState.offloaded
+
+    # -- the CPU policy's guardian ------------------------------------------------------------
+
+    def release_for_space(self, needed_chunks: int) -> bool:
+        """`cpu_tier_pressure=demote`: demote the oldest offloadable claims holding host copies
+        (reported now, before the tier may evict their chunks) until `needed_chunks` are free."""
+        if self.arbiter.config.cpu_tier_pressure != "demote":
+            return False
+        candidates = sorted(
+            (
+                r
+                for r in self.arbiter.registry.claims.values()
+                if r.offloadable and r.responsible and r.state is not ClaimState.restoring
+            ),
+            key=lambda r: r.accepted_step,
+        )
+        released = 0
+        for record in candidates:
+            if released >= needed_chunks:
+                break
+            released += len(self._keys(record))
+            self.arbiter.demote(
+                record, f"the CPU tier needs {needed_chunks} chunks; its host copy is given up first"
+            )
+        return released > 0
+
+    def host_copies_dropped(self, claim_ids: frozenset[str]) -> None:
+        """The CPU tier is reset: every claim holding a host copy is demoted first."""
+        for claim_id in sorted(claim_ids):
+            record = self.arbiter.registry.claims.get(claim_id)
+            if record is not None and record.responsible:
+                self.arbiter.demote(record, "the CPU tier is reset, dropping its host copy")

@@ -1,0 +1,93 @@
+"""The connector's failure path: injected and real load failures are recorded and reported,
+never asserted away; worker metadata carries them across workers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kvclaims.vllm_binding.faults import LoadFaultInjector, LoadFaultPlan
+
+pytestmark = pytest.mark.vllm
+
+
+class Inner:
+    """An offload worker whose loads fail when told to (a real copy error)."""
+
+    def __init__(self, failing: set[int]) -> None:
+        from vllm.v1.kv_offload.base import TransferResult
+
+        self._result = TransferResult
+        self.failing = failing
+        self.done: list[Any] = []
+        self.loads: list[int] = []
+
+    def submit_store(self, job_id: int, src: Any, dst: Any) -> bool:
+        self.done.append(self._result(job_id, True, 64, 0.0))
+        return True
+
+    def submit_load(self, job_id: int, src: Any, dst: Any) -> bool:
+        self.loads.append(job_id)
+        self.done.append(self._result(job_id, job_id not in self.failing, 64, 0.0))
+        return True
+
+    def get_finished(self) -> list[Any]:
+        done, self.done = self.done, []
+        return done
+
+    def wait(self, job_ids: set[int]) -> None:
+        pass
+
+
+class Owner:
+    def __init__(self, plan: LoadFaultPlan, claims: dict[int, tuple[str, ...]]) -> None:
+        self.injector = LoadFaultInjector(plan)
+        self.claims = claims
+        self.injected: list[int] = []
+        self.failed: list[int] = []
+
+    def claims_of_job(self, job_id: int) -> tuple[str, ...]:
+        return self.claims.get(job_id, ())
+
+    def note_injected(self, job_id: int) -> None:
+        self.injected.append(job_id)
+
+    def note_failed(self, job_id: int) -> None:
+        self.failed.append(job_id)
+
+
+def test_an_injected_failure_copies_nothing_and_is_reported_as_done() -> None:
+    from kvclaims.vllm_binding.connector import ReportingWorker
+
+    inner = Inner(failing=set())
+    owner = Owner(LoadFaultPlan(enabled=True, target_claim="claim:A"), {1: ("claim:A",), 2: ("claim:B",)})
+    worker = ReportingWorker(inner, owner)  # type: ignore[arg-type]
+    assert worker.submit_load(1, None, None) and worker.submit_load(2, None, None)
+    assert worker.submit_store(3, None, None)
+    results = worker.get_finished()
+    assert inner.loads == [2], "the injected load never reached the copy engine"
+    assert owner.injected == [1] and owner.failed == [1]
+    assert sorted(r.job_id for r in results) == [1, 2, 3] and all(r.success for r in results)
+
+
+def test_a_real_copy_failure_is_recorded_instead_of_killing_the_engine() -> None:
+    from kvclaims.vllm_binding.connector import ReportingWorker
+
+    owner = Owner(LoadFaultPlan(), {})
+    worker = ReportingWorker(Inner(failing={5}), owner)  # type: ignore[arg-type]
+    worker.submit_load(5, None, None)
+    assert [r.success for r in worker.get_finished()] == [True]
+    assert owner.failed == [5] and owner.injected == []
+
+
+def test_worker_metadata_merges_failed_loads_of_every_worker() -> None:
+    from kvclaims.vllm_binding.connector import ClaimWorkerMetadata, FailedLoad
+
+    def failed(job: int) -> FailedLoad:
+        return FailedLoad(job, f"r{job}", ("claim:A",), (job,), True, 1)
+
+    left = ClaimWorkerMetadata(completed_jobs={1: 1}, failed_loads={1: failed(1)})
+    right = ClaimWorkerMetadata(completed_jobs={1: 1, 2: 1}, failed_loads={2: failed(2)})
+    merged = left.aggregate(right)
+    assert merged.completed_jobs == {1: 2, 2: 1} and sorted(merged.failed_loads) == [1, 2]
