@@ -1,15 +1,24 @@
-"""`kvclaims vllm`: resident claims on vLLM's real scheduler (the vLLM binding's lanes).
+"""`kvclaims vllm`: resident claims on vLLM 0.32 (the vLLM binding's lanes).
 
-    kvclaims vllm scenario --list [--lane scheduler]   names, one per line (controls: control-*)
-    kvclaims vllm scenario NAME [--lane scheduler] [-o TRACE] [--json]
+    kvclaims vllm scenario --list [--lane scheduler|engine]   names, one per line (controls: control-*)
+    kvclaims vllm scenario NAME [--lane scheduler|engine] [-o TRACE] [--json]
     kvclaims vllm sweep [-o DIR] [--json]              the 60/70 capacity sweep, 80..150 usable
     kvclaims vllm fuzz [--examples N] [--steps M] [-o DIR] [--json]   the long fuzzing profile
+    kvclaims vllm tiny-model DIR                       build the engine lane's tiny Llama locally
+    kvclaims vllm repeat --runs N [--out DIR] [--scenarios A,B] [--json]
+                                                       engine-lane scenarios N times, fresh processes
+    kvclaims vllm descriptor --from DIR -o FILE [--check]
+                                                       the binding's descriptor, from accepted traces
 
-A scenario runs on vLLM 0.32's real Scheduler / KVCacheManager / BlockPool (CPU, no model, no
-network), writes one kvclaims trace v1, prints what it measured, and checks the trace with
-refinement. Exit codes: 0 when every trace got its expected verdict (accepted; a `control-`
-scenario rejected) and every fuzz example passed, 1 when not, 2 for bad input or a missing or
-unsupported vLLM (`make setup-vllm` installs it). `--list` works without vLLM.
+The scheduler lane drives vLLM's real Scheduler / KVCacheManager / BlockPool with fabricated
+model outputs (CPU, no model); the engine lane runs `vllm.LLM` end to end on a tiny
+random-weight Llama with the binding's scheduler, offload connector, CPU-tier policy and CPU
+offload worker. Every scenario writes one kvclaims trace v1, prints what it measured, and is
+checked by refinement. Exit codes: 0 when every trace got its expected verdict (positives
+accepted; controls rejected, or for engine-lane controls accepted without restoration
+evidence for their claim), every fuzz example passed and `descriptor --check` found no drift;
+1 when not; 2 for bad input or a missing or unsupported vLLM (`make setup-vllm` installs it).
+`--list` works without vLLM.
 """
 
 from __future__ import annotations
@@ -20,9 +29,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kvclaims.cli._common import Exit, print_json, print_table, stdout_console
+from kvclaims.cli._common import Exit, print_json, print_table, stderr_console, stdout_console
 
-LANES = ("scheduler",)
+LANES = ("scheduler", "engine")
 DEFAULT_OUT = Path("kvclaims-out") / "vllm"
 
 
@@ -57,6 +66,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fuzz.add_argument("--json", action="store_true")
     fuzz.set_defaults(run=_run_fuzz)
 
+    tiny = commands.add_parser("tiny-model", help="build the engine lane's tiny random-weight Llama in DIR")
+    tiny.add_argument("directory", type=Path, metavar="DIR")
+    tiny.set_defaults(run=_run_tiny_model)
+
+    repeat = commands.add_parser(
+        "repeat", help="run the engine-lane scenarios N times, each repetition in a fresh process"
+    )
+    repeat.add_argument("--runs", type=int, default=30, metavar="N")
+    repeat.add_argument("--out", type=Path, metavar="DIR", default=DEFAULT_OUT / "repeat")
+    repeat.add_argument("--scenarios", metavar="A,B,...", help="engine-lane scenarios (default: all)")
+    repeat.add_argument("--json", action="store_true")
+    repeat.set_defaults(run=_run_repeat)
+
+    descriptor = commands.add_parser(
+        "descriptor", help="generate the binding's descriptor from refinement-accepted engine-lane traces"
+    )
+    descriptor.add_argument("--from", dest="source", type=Path, required=True, metavar="DIR")
+    descriptor.add_argument("-o", "--out", type=Path, required=True, metavar="FILE")
+    descriptor.add_argument(
+        "--check", action="store_true", help="exit 1 if FILE differs from what DIR generates (write nothing)"
+    )
+    descriptor.set_defaults(run=_run_descriptor)
+
     parser.set_defaults(run=lambda args: (parser.print_help(), Exit.invalid_input)[1])
 
 
@@ -79,13 +111,17 @@ def _refuse_without_vllm() -> int | None:
 
 def _run_scenario(args: argparse.Namespace) -> int:
     from kvclaims.spec.errors import InputError, Problem
+    from kvclaims.vllm_binding.engine_scenarios import engine_scenario_names
     from kvclaims.vllm_binding.scenarios import SCENARIOS, scenario_names
 
     if args.list:
-        sys.stdout.write("".join(f"{name}\n" for name in scenario_names(args.lane)))
+        names = engine_scenario_names() if args.lane == "engine" else scenario_names(args.lane)
+        sys.stdout.write("".join(f"{name}\n" for name in names))
         return Exit.ok
     if args.name is None:
         raise InputError([Problem("kvclaims vllm scenario", "give a scenario NAME, or --list")])
+    if args.lane == "engine":
+        return _run_engine_scenario(args)
     if args.name not in SCENARIOS:
         raise InputError([Problem("kvclaims vllm scenario", f"unknown scenario {args.name!r} (see --list)")])
     refused = _refuse_without_vllm()
@@ -124,6 +160,142 @@ def _run_scenario(args: argparse.Namespace) -> int:
         console.print(f"trace written: {trace}")
         console.print(f"refinement: {verdict.outcome} ({verdict.reason}); expected {expected}")
     return Exit.ok if ok else Exit.not_sound
+
+
+def _run_engine_scenario(args: argparse.Namespace) -> int:
+    from kvclaims.spec.errors import InputError, Problem
+    from kvclaims.vllm_binding.engine_scenarios import ENGINE_SCENARIOS
+
+    scenario = ENGINE_SCENARIOS.get(args.name)
+    if scenario is None:
+        raise InputError(
+            [Problem("kvclaims vllm scenario", f"unknown engine-lane scenario {args.name!r} (see --list)")]
+        )
+    refused = _refuse_without_vllm()
+    if refused is not None:
+        return refused
+    from kvclaims.refinement import check_trace
+    from kvclaims.refinement.evidence import evidence_items
+    from kvclaims.vllm_binding.engine_lane import EngineLane
+    from kvclaims.vllm_binding.engine_scenarios import judge, run_engine_scenario
+
+    trace = args.out or DEFAULT_OUT / "engine" / f"{args.name}.ndjson"
+    with stdout_console().status("starting vLLM (tiny model, CPU)"):
+        lane = EngineLane()
+    try:
+        result = run_engine_scenario(lane, args.name, trace)
+    finally:
+        lane.close()
+    verdict = check_trace(trace)
+    outcome, rule = str(verdict.outcome), str(verdict.rule) if verdict.rule else None
+    evidence = (
+        [
+            (i.obligation.value, list(i.anchor.claim_ids))
+            for i in evidence_items(verdict, trace, relative_to=trace.parent)
+        ]
+        if outcome == "accepted"
+        else []
+    )
+    problem = judge(scenario, outcome, rule, evidence)
+    expected = scenario.expect.outcome + (f" ({scenario.expect.rule})" if scenario.expect.rule else "")
+    if args.json:
+        print_json(
+            {
+                "scenario": args.name,
+                "lane": "engine",
+                "control": scenario.control,
+                "trace": str(trace),
+                "verdict": outcome,
+                "verdict_reason": verdict.reason,
+                "expected": expected,
+                "as_expected": problem is None,
+                "problem": problem,
+                "evidenced": sorted({o for o, _ in evidence}),
+                "numbers": result.numbers,
+            }
+        )
+    else:
+        print_table(
+            f"vllm scenario {args.name} (engine lane): {scenario.summary}",
+            ["measure", "value"],
+            [(k, v if isinstance(v, str) else json.dumps(v)) for k, v in result.numbers.items()],
+        )
+        console = stdout_console()
+        console.print(f"trace written: {trace}")
+        console.print(f"refinement: {outcome} ({verdict.reason}); expected {expected}")
+        if problem is not None:
+            console.print(f"[bold red]not as expected:[/] {problem}")
+    return Exit.ok if problem is None else Exit.not_sound
+
+
+def _run_tiny_model(args: argparse.Namespace) -> int:
+    from kvclaims.cli._common import print_problems
+    from kvclaims.spec.errors import Problem
+    from kvclaims.vllm_binding.tiny_model import build_tiny_model
+
+    try:
+        path = build_tiny_model(args.directory)
+    except ImportError as error:
+        reason = f"needs torch and transformers, installed with vLLM (make setup-vllm): {error}"
+        print_problems([Problem("kvclaims vllm tiny-model", reason)])
+        return Exit.invalid_input
+    stdout_console().print(f"tiny random-weight Llama written to {path}")
+    return Exit.ok
+
+
+def _run_repeat(args: argparse.Namespace) -> int:
+    from kvclaims.spec.errors import InputError, Problem
+
+    if args.runs < 1:
+        raise InputError([Problem("kvclaims vllm repeat", "--runs must be at least 1")])
+    refused = _refuse_without_vllm()
+    if refused is not None:
+        return refused
+    from rich.progress import Progress
+
+    from kvclaims.vllm_binding.repeat import repeat, write_aggregate
+
+    names = [n for n in args.scenarios.split(",") if n] if args.scenarios else None
+    with Progress(transient=True, disable=not stdout_console().is_terminal) as progress:
+        task = progress.add_task("repetitions (fresh processes)", total=args.runs)
+        try:
+            summary = repeat(args.out, args.runs, names, on_run=lambda i: progress.update(task, completed=i))
+        except KeyError as error:
+            raise InputError([Problem("kvclaims vllm repeat", str(error))]) from None
+    json_path, md_path = write_aggregate(args.out, summary)
+    if args.json:
+        print_json(summary)
+    else:
+        stdout_console().print(md_path.read_text(encoding="utf-8"))
+        stdout_console().print(f"aggregate: {json_path} and {md_path}")
+    every_gate = all(g["passes"] == g["runs"] for g in summary["gates"].values())
+    ok = (
+        every_gate
+        and summary["controls"]["passes"] == 0
+        and summary["processes_completed"] == summary["runs"]
+    )
+    ok = ok and all(e["as_expected"] == e["runs"] for e in summary["scenarios"].values())
+    return Exit.ok if ok else Exit.not_sound
+
+
+def _run_descriptor(args: argparse.Namespace) -> int:
+    from kvclaims.spec.errors import InputError, Problem
+
+    if not args.source.is_dir():
+        raise InputError([Problem(str(args.source), "no such directory")])
+    from kvclaims.vllm_binding.descriptor import generate
+
+    text = generate(args.source, args.out)
+    if args.check:
+        current = args.out.read_text(encoding="utf-8") if args.out.is_file() else None
+        if current != text:
+            stderr_console().print(f"[bold red]{args.out} differs from what {args.source} generates[/]")
+            return Exit.not_sound
+        stdout_console().print(f"{args.out} is what {args.source} generates")
+        return Exit.ok
+    args.out.write_text(text, encoding="utf-8")
+    stdout_console().print(f"descriptor written: {args.out}")
+    return Exit.ok
 
 
 def _run_sweep(args: argparse.Namespace) -> int:

@@ -131,13 +131,15 @@ def _rid(run: ScenarioRun, name: str) -> str:
     return run.internal_ids[name]
 
 
-def _failure_latencies(events: list[Any]) -> list[int]:
-    """ns from each failed load's report (worker, monotonic) to its refusal event."""
+def _failure_latencies(events: list[Any], start: str = "failure_reported_mono_ns") -> list[int]:
+    """ns from each failed load's report into vLLM's invalid-KV-load path (worker side,
+    monotonic clock) to its refusal event; with `start="scheduler_received_mono_ns"`, from the
+    moment the scheduler received that report (the binding's own share)."""
     out = []
     for event in _of(events, "active_request_refused", reason="restoration_failed"):
         extra = event.model_extra or {}
-        if "mono_ns" in extra and "failure_reported_mono_ns" in extra:
-            out.append(int(extra["mono_ns"]) - int(extra["failure_reported_mono_ns"]))
+        if "mono_ns" in extra and start in extra:
+            out.append(int(extra["mono_ns"]) - int(extra[start]))
     return out
 
 
@@ -237,6 +239,7 @@ def path_b(lane: EngineLane, trace: Path) -> dict[str, Any]:
         **_counts(events),
         **_restoration(run, events, "reuse", "claim:A"),
         "failure_to_outcome_ns": _failure_latencies(events),
+        "scheduler_to_outcome_ns": _failure_latencies(events, "scheduler_received_mono_ns"),
         "engine_steps": run.steps,
     }
 
@@ -260,6 +263,7 @@ def path_c(lane: EngineLane, trace: Path) -> dict[str, Any]:
         **_restoration(run, events, "reuse-a", "claim:A"),
         **_restoration(run, events, "reuse-b", "claim:B"),
         "failure_to_outcome_ns": _failure_latencies(events),
+        "scheduler_to_outcome_ns": _failure_latencies(events, "scheduler_received_mono_ns"),
     }
 
 
@@ -286,6 +290,7 @@ def recompute_persistent(lane: EngineLane, trace: Path) -> dict[str, Any]:
         **_restoration(run, events, "reuse", "claim:A"),
         "attempts": (failed[0].model_extra or {}).get("attempts") if failed else None,
         "failure_to_outcome_ns": _failure_latencies(events),
+        "scheduler_to_outcome_ns": _failure_latencies(events, "scheduler_received_mono_ns"),
         "engine_steps": run.steps,
     }
 

@@ -181,13 +181,14 @@ class ClaimOffload:
     # -- before update_from_output(): completed and failed loads ----------------------------
 
     def before_update(self, connector_output: Any) -> None:
+        received = time.monotonic_ns()
         meta = connector_output.kv_connector_worker_meta
         if meta is None:
             return
         failed: dict[int, FailedLoad] = getattr(meta, "failed_loads", {})
         for job_id, failure in failed.items():
             self._reports.pop(job_id, None)
-            self._load_failed(job_id, failure)
+            self._load_failed(job_id, failure, received)
         for job_id, count in meta.completed_jobs.items():
             if job_id in failed or job_id not in self.ledger.jobs:
                 continue
@@ -218,7 +219,9 @@ class ClaimOffload:
                 ResidentClaimRestored, claim_id=claim_id, request_id=self._trace_id(job.request_id)
             )
 
-    def _load_failed(self, job_id: int, failure: FailedLoad) -> None:
+    def _load_failed(self, job_id: int, failure: FailedLoad, received_mono_ns: int) -> None:
+        """One failed load, reported by a worker and received by the scheduler at
+        `received_mono_ns`: the claim-scoped outcome (or a retry), before vLLM handles it."""
         arbiter = self.arbiter
         control = arbiter.config.negative_control
         recompute = bool(arbiter.scheduler.recompute_kv_load_failures)
@@ -234,7 +237,9 @@ class ClaimOffload:
             return
         if verdict.exhausted and control is None:
             # The fail-closed outcome first; the note of what failed is context, after it.
-            self._fail_closed(job, verdict.exhausted, verdict.attempts, failure, request if live else None)
+            self._fail_closed(
+                job, verdict.exhausted, verdict.attempts, failure, received_mono_ns, request if live else None
+            )
         if failure.injected:
             arbiter.emit(
                 FaultInjected,
@@ -257,18 +262,19 @@ class ClaimOffload:
             arbiter.refuse(request, f"{LOAD_FAILED_STOP_PREFIX}:{verdict.attempts} attempts")  # type: ignore[arg-type]
 
     def _fail_closed(
-        self, job: LoadJob, claims: tuple[str, ...], attempts: int, failure: FailedLoad, request: Any
+        self,
+        job: LoadJob,
+        claims: tuple[str, ...],
+        attempts: int,
+        failure: FailedLoad,
+        received_mono_ns: int,
+        request: Any,
     ) -> None:
-        """The claim-scoped outcome, then the fail-closed refusal, before vLLM's handling."""
+        """The claim-scoped outcome, then the fail-closed refusal, before vLLM's handling (the
+        two events first: bookkeeping that does not decide them waits until they are out)."""
         arbiter = self.arbiter
-        registry = arbiter.registry
         trace_id = self._trace_id(job.request_id)
         for claim_id in claims:
-            record = registry.claims.get(claim_id)
-            if record is not None and record.state is ClaimState.restoring:
-                if not any(c == claim_id for c, _ in self.ledger.open):
-                    record.state = ClaimState.offloaded
-                registry.version += 1
             arbiter.emit(
                 ResidentClaimRestorationFailed,
                 claim_id=claim_id,
@@ -277,21 +283,28 @@ class ClaimOffload:
                 attempts=attempts,
                 failure_reported_mono_ns=failure.reported_mono_ns,
             )
-        if request is None:
-            return
-        named = claims[-1]
-        book = arbiter.book_of(job.request_id)
-        arbiter.emit(
-            ActiveRequestRefused,
-            request_id=trace_id,
-            reason=ConflictReason.restoration_failed,
-            blocking_claim_ids=[named],
-            failure_reported_mono_ns=failure.reported_mono_ns,
-            mono_ns=time.monotonic_ns(),
-        )
-        if book is not None:
-            book.phase = "refused"
-        arbiter.refuse(request, f"{RESTORATION_STOP_PREFIX}:{named}")
+        if request is not None:
+            arbiter.emit(
+                ActiveRequestRefused,
+                request_id=trace_id,
+                reason=ConflictReason.restoration_failed,
+                blocking_claim_ids=[claims[-1]],
+                failure_reported_mono_ns=failure.reported_mono_ns,
+                scheduler_received_mono_ns=received_mono_ns,
+                mono_ns=time.monotonic_ns(),
+            )
+        registry = arbiter.registry
+        for claim_id in claims:
+            record = registry.claims.get(claim_id)
+            if record is not None and record.state is ClaimState.restoring:
+                if not any(c == claim_id for c, _ in self.ledger.open):
+                    record.state = ClaimState.offloaded  # outcome refusal: the claim stays offloaded
+                registry.version += 1
+        if request is not None:
+            book = arbiter.book_of(job.request_id)
+            if book is not None:
+                book.phase = "refused"
+            arbiter.refuse(request, f"{RESTORATION_STOP_PREFIX}:{claims[-1]}")
 
     def _blame_from_counter(self, job: LoadJob, failure: FailedLoad, request: Any) -> None:
         """NEGATIVE CONTROL `generic_counters`: all that is seen is a failure counter (no job,

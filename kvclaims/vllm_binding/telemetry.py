@@ -1,13 +1,14 @@
 """The engine's trace writer: kvclaims trace v1 (NDJSON) with one sequence counter.
 
-Events are built (and so validated) with the `kvclaims.spec.trace` models, so every line the
-engine writes conforms to the committed schema; they are numbered in emission order, queued,
-and handed to the file by `flush()`. The scheduler emits only where its state is consistent
-(around vLLM's entry points) and calls `flush()` when an outermost entry point returns, at
-most once per engine step, and on close. Lines reach the operating system at most
-`SYNC_SECONDS` apart and on `close()`: a crash can lose (or cut short) the lines of that last
-fraction of a second, which refinement then reports as a truncated trace; it never reorders
-lines.
+Events are built (and so validated) with the `kvclaims.spec.trace` models when emitted, so
+every line the engine writes conforms to the committed schema; they are numbered in emission
+order, queued as validated models, and serialized and handed to the file by `flush()` (an emit
+on a hot path, such as a fail-closed refusal, costs a validation, not a serialization). The
+scheduler emits only where its state is consistent (around vLLM's entry points) and calls
+`flush()` when an outermost entry point returns, at most once per engine step, and on close.
+Lines reach the operating system at most `SYNC_SECONDS` apart and on `close()`: a crash can
+lose (or cut short) the lines of that last fraction of a second, which refinement then reports
+as a truncated trace; it never reorders lines.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class TraceSink:
     def __init__(self, stream: IO[bytes], header: TraceHeader) -> None:
         self._stream = stream
         self._seq = 0
-        self._pending: list[bytes] = []
+        self._pending: list[tuple[type[_Event], Any]] = []
         self._closed = False
         self._synced = time.monotonic()
         stream.write(header.model_dump_json(exclude_none=True).encode() + b"\n")
@@ -86,14 +87,18 @@ class TraceSink:
         # The model's own validator and serializer, called directly: the same validation and
         # JSON as `event_type(**fields).model_dump_json(exclude_none=True)`, a third the cost.
         event = event_type.__pydantic_validator__.validate_python(fields)
-        self._pending.append(event_type.__pydantic_serializer__.to_json(event, exclude_none=True))
+        self._pending.append((event_type, event))
         self._seq += 1
 
     def flush(self) -> None:
         """Hand queued lines to the file; sync to the OS if `SYNC_SECONDS` passed."""
         if self._pending and not self._closed:
-            self._pending.append(b"")
-            self._stream.write(b"\n".join(self._pending))
+            lines = [
+                kind.__pydantic_serializer__.to_json(event, exclude_none=True)
+                for kind, event in self._pending
+            ]
+            lines.append(b"")
+            self._stream.write(b"\n".join(lines))
             self._pending.clear()
             now = time.monotonic()
             if now - self._synced >= SYNC_SECONDS:
