@@ -16,6 +16,7 @@ from kvclaims.cli.adversary import demo_stage as adversary_demo_stage
 from kvclaims.cli.prove import demo_stage as prove_demo_stage
 from kvclaims.cli.scenario import demo_stage as scenario_demo_stage
 from kvclaims.cli.vllm import demo_stage as vllm_demo_stage
+from kvclaims.cli.vllm import engine_demo_stage as vllm_engine_demo_stage
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 DESCRIPTORS = REPOSITORY / "descriptors"
@@ -80,6 +81,7 @@ STAGES: tuple[tuple[str, Stage], ...] = (
     ("proofs (Z3)", prove_demo_stage),
     ("adversary (Z3)", adversary_demo_stage),
     ("vLLM scheduler lane", vllm_demo_stage),
+    ("vLLM engine lane", vllm_engine_demo_stage),
 )
 
 

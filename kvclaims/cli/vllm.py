@@ -162,6 +162,17 @@ def _run_scenario(args: argparse.Namespace) -> int:
     return Exit.ok if ok else Exit.not_sound
 
 
+def _vllm_logs_to_stderr() -> None:
+    """vLLM logs to stdout by default; this command's stdout is its result (JSON or a table)."""
+    import logging
+    import os
+
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # if vLLM configures later
+    for handler in logging.getLogger("vllm").handlers:  # if it already did
+        if type(handler) is logging.StreamHandler:
+            handler.setStream(sys.stderr)
+
+
 def _run_engine_scenario(args: argparse.Namespace) -> int:
     from kvclaims.spec.errors import InputError, Problem
     from kvclaims.vllm_binding.engine_scenarios import ENGINE_SCENARIOS
@@ -180,8 +191,10 @@ def _run_engine_scenario(args: argparse.Namespace) -> int:
     from kvclaims.vllm_binding.engine_scenarios import judge, run_engine_scenario
 
     trace = args.out or DEFAULT_OUT / "engine" / f"{args.name}.ndjson"
+    _vllm_logs_to_stderr()
     with stdout_console().status("starting vLLM (tiny model, CPU)"):
         lane = EngineLane()
+        _vllm_logs_to_stderr()
     try:
         result = run_engine_scenario(lane, args.name, trace)
     finally:
@@ -410,4 +423,58 @@ def demo_stage(out: Path) -> str:
         f"{hard['resident_plus_active_blocks']} > {hard['usable_blocks']}, refused, shortfall "
         f"{hard['capacity_shortfall_blocks']}; live: {live['resident_plus_active_blocks']} > "
         f"{live['usable_blocks']}, shortfall {live['capacity_shortfall_blocks']}"
+    )
+
+
+def engine_demo_stage(out: Path) -> str:
+    """`kvclaims demo` stage: every engine-lane scenario once on one `vllm.LLM` (tiny model,
+    CPU) into OUT/vllm-engine, each trace checked by refinement; raises if a verdict is not the
+    scenario's expected one. Reports that it did not run when vLLM is not installed."""
+    problem = _vllm_problem()
+    if problem is not None:
+        return f"not run: {problem}"
+    import time
+
+    from kvclaims.refinement import check_trace
+    from kvclaims.refinement.evidence import evidence_items
+    from kvclaims.vllm_binding.engine_lane import EngineLane
+    from kvclaims.vllm_binding.engine_scenarios import ENGINE_SCENARIOS, judge, run_engine_scenario
+
+    target = out / "vllm-engine"
+    lane = EngineLane()
+    started = time.perf_counter()
+    summary: dict[str, Any] = {}
+    try:
+        for name, scenario in ENGINE_SCENARIOS.items():
+            result = run_engine_scenario(lane, name, target / f"{name}.ndjson")
+            verdict = check_trace(result.trace_path)
+            outcome = str(verdict.outcome)
+            evidence = (
+                [
+                    (i.obligation.value, list(i.anchor.claim_ids))
+                    for i in evidence_items(verdict, result.trace_path, relative_to=target)
+                ]
+                if outcome == "accepted"
+                else []
+            )
+            wrong = judge(scenario, outcome, str(verdict.rule) if verdict.rule else None, evidence)
+            if wrong is not None:
+                raise RuntimeError(f"vllm engine-lane scenario {name}: {wrong} ({verdict.reason})")
+            summary[name] = {
+                "verdict": outcome,
+                "rule": str(verdict.rule) if verdict.rule else None,
+                **result.numbers,
+            }
+    finally:
+        lane.close()
+    seconds = time.perf_counter() - started
+    (target / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
+    path_b = summary["path-b-restore-failure"]
+    latency = path_b["failure_to_outcome_ns"][0] / 1000 if path_b["failure_to_outcome_ns"] else float("nan")
+    controls = sum(1 for s in ENGINE_SCENARIOS.values() if s.control)
+    return (
+        f"{len(summary)} scenarios on vllm.LLM in {lane.start_seconds:.1f} s start + {seconds:.1f} s "
+        f"({len(summary) - controls} accepted, {controls} controls as expected); path A restored "
+        f"{summary['path-a-restore']['reuse_num_cached_tokens']} tokens from the CPU tier; path B refused "
+        f"naming {path_b['reuse_refused_blocking']} {latency:.0f} us after the failed load was reported"
     )

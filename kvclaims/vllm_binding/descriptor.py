@@ -56,10 +56,12 @@ APPROXIMATION_SIGNALS = (
     "storage_tier",
     "fallback_recompute",
     "generic_counters",
+    "unclaimed_load_failure",
 )
 """Primitives the surface exposes besides the binding (vLLM's KV events, block references,
 the claim duration field, the CPU tier, `kv_load_failure_policy=recompute`, connector
-counters); they never supply an obligation."""
+counters, vLLM's invalid-KV-load path for loads no claim is tied to); they never supply an
+obligation, and inferring one from them is refused by the lowering."""
 
 
 def positive_traces(directory: Path) -> dict[str, list[Path]]:

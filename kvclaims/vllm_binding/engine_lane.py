@@ -13,8 +13,9 @@ scenarios without one seeing another's blocks. Per scenario the lane sets the fa
 injection plan (`set_load_fault_plan` through `collective_rpc`, as on any vLLM engine) and the
 load-failure policy (the scheduler attribute `KVTransferConfig.kv_load_failure_policy` sets).
 
-On a GPU machine the same lane runs with `device="cuda"`: vLLM's CUDA offload worker is then
-used by `ClaimCPUOffloadingSpec` (wrapped for failure reporting), nothing else changes.
+On a GPU machine the same lane runs unchanged under the CUDA `vllm==0.32.0` wheel (vLLM picks
+its platform from the installed build): `ClaimCPUOffloadingSpec` then returns vLLM's own CUDA
+offload worker, wrapped by the connector for failure reporting; nothing else changes.
 """
 
 from __future__ import annotations
@@ -57,7 +58,6 @@ class EngineSpec:
     max_num_seqs: int = 4
     max_num_batched_tokens: int = 1024
     capture_kv_events: bool = False
-    device: Literal["cpu", "cuda"] = "cpu"
 
     @property
     def max_model_len(self) -> int:

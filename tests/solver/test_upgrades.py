@@ -74,5 +74,7 @@ def test_adapter_plan_makes_the_mode_sound_in_python(loaded, table: list[Upgrade
         ]
         document.pop("lowerings", None)
         planned = Descriptor.model_validate(document)
+        for anchor in planned.anchors():  # verified like a loaded file: digests do not survive a dump
+            anchor.verify_digest(ROOT / "descriptors")
         verdict = lower_row(planned, LoweringRow(mode=row.mode, depth=row.adapter_depth))
         assert verdict.label.is_sound, (row.source, row.mode, verdict.missing)

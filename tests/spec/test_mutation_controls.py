@@ -116,8 +116,14 @@ def map_evidence(
 
 
 def revalidated(descriptor: Descriptor) -> Descriptor:
-    """A mutation must still be a valid `descriptor: 1` document, as if written in YAML."""
-    return Descriptor.model_validate(descriptor.model_dump())
+    """A mutation must still be a valid `descriptor: 1` document, as if written in YAML, and is
+    loaded like one: digests are verified against the files next to the shipped descriptors
+    (otherwise every sha256-anchored item would fail closed for that reason alone, and the
+    mutation under test would prove nothing)."""
+    copy = Descriptor.model_validate(descriptor.model_dump())
+    for anchor in copy.anchors():
+        anchor.verify_digest(DESCRIPTORS)
+    return copy
 
 
 def delete_anchor(row: Row, target: Obligation, params: dict[str, Any]) -> Mutation:

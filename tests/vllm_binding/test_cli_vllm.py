@@ -118,3 +118,89 @@ def test_demo_stage_runs_every_scenario(tmp_path: Path) -> None:
     assert f"{len(SCENARIOS)} scenarios" in headline and "130 > 80" in headline
     summary = json.loads((tmp_path / "vllm" / "summary.json").read_text())
     assert set(summary) == set(SCENARIOS)
+
+
+ENGINE_NAMES = [
+    "path-a-restore",
+    "path-b-restore-failure",
+    "path-c-multi-claim",
+    "control-wrong-claim-failure",
+    "control-unclaimed-failure",
+    "control-fallback-recompute",
+    "control-offload-without-claim",
+    "control-generic-counters",
+]
+
+
+def test_engine_lane_list_without_vllm(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(plugin, "installed_vllm_version", lambda: None)
+    assert run_cli(["vllm", "scenario", "--list", "--lane", "engine"]) == Exit.ok
+    names = capsys.readouterr().out.splitlines()
+    assert set(ENGINE_NAMES) <= set(names) and len(names) == len(set(names))
+    assert {"hard-refusal", "demote-before-loss", "recompute-persistent-fault"} <= set(names)
+    assert [n for n in names if n.startswith("control-")] == [
+        n for n in ENGINE_NAMES if n.startswith("control-")
+    ]
+
+
+def test_engine_lane_unknown_scenario_and_bad_runs_are_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["vllm", "scenario", "hard-60-70-80", "--lane", "engine"]) == Exit.invalid_input
+    assert "unknown engine-lane scenario" in capsys.readouterr().err
+    assert run_cli(["vllm", "repeat", "--runs", "0"]) == Exit.invalid_input
+
+
+def test_descriptor_check_confirms_the_committed_descriptor(capsys: pytest.CaptureFixture[str]) -> None:
+    root = Path(__file__).resolve().parents[2] / "descriptors"
+    code = run_cli(
+        [
+            "vllm",
+            "descriptor",
+            "--from",
+            str(root / "evidence" / "kvclaims-vllm"),
+            "-o",
+            str(root / "kvclaims-vllm.yaml"),
+            "--check",
+        ]
+    )
+    assert code == Exit.ok, capsys.readouterr()
+
+
+@pytest.mark.vllm
+def test_engine_scenario_runs_vllm_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "path-b.ndjson"
+    code = run_cli(
+        ["vllm", "scenario", "path-b-restore-failure", "--lane", "engine", "-o", str(trace), "--json"]
+    )
+    report = json.loads(capsys.readouterr().out)
+    assert code == Exit.ok and report["verdict"] == "accepted" and report["as_expected"]
+    assert report["numbers"]["reuse_refused_blocking"] == ["claim:A"]
+    assert "restoration_failure_outcome" in report["evidenced"]
+
+
+@pytest.mark.vllm
+def test_repeat_runs_fresh_processes_and_aggregates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenarios = "path-b-restore-failure,control-generic-counters"
+    code = run_cli(
+        ["vllm", "repeat", "--runs", "1", "--out", str(tmp_path), "--scenarios", scenarios, "--json"]
+    )
+    summary = json.loads(capsys.readouterr().out)
+    assert code == Exit.ok, summary
+    assert summary["runs"] == 1 and summary["processes_completed"] == 1
+    assert summary["gates"]["path-b-restore-failure"]["passes"] == 1
+    assert summary["controls"] == {"runs": 1, "passes": 0, "note": summary["controls"]["note"]}
+    assert summary["latency_path_b"]["failure_to_outcome_ns"]["samples"] == 1
+    assert (tmp_path / "aggregate.md").read_text().startswith("# Engine-lane repetitions")
+
+
+@pytest.mark.vllm
+def test_engine_demo_stage_runs_every_engine_scenario(tmp_path: Path) -> None:
+    from kvclaims.vllm_binding.engine_scenarios import ENGINE_SCENARIOS
+
+    headline = vllm_cli.engine_demo_stage(tmp_path)
+    assert f"{len(ENGINE_SCENARIOS)} scenarios on vllm.LLM" in headline and "['claim:A']" in headline
+    summary = json.loads((tmp_path / "vllm-engine" / "summary.json").read_text())
+    assert set(summary) == set(ENGINE_SCENARIOS)
