@@ -5,6 +5,11 @@ Start vLLM with the binding (docs/vllm-binding.md):
     vllm serve MODEL --scheduler-cls kvclaims.vllm_binding.ClaimScheduler
     vllm.LLM(MODEL, **BindingConfig(trace_path="trace.ndjson").engine_kwargs())
 
+Offloadable claims add the claim connector (`connector`, with `offload_spec` and
+`cache_policy`): `BindingConfig(offload=OffloadSettings(cpu_bytes=...)).engine_kwargs()`.
+The lanes that run it are `scheduler_lane` (vLLM's scheduler, fabricated model outputs) and
+`engine_lane` (`vllm.LLM` end to end on a tiny local model).
+
 This package imports without vLLM; the vLLM-facing classes (`ClaimScheduler`,
 `ClaimAsyncScheduler`, `ClaimArbiter`) are imported on first use and raise
 `UnsupportedVllmError` with an install hint when vLLM is missing or unsupported. Depends on
@@ -15,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvclaims.vllm_binding.config import SCHEDULER_CLS, BindingConfig, ConflictAction
+from kvclaims.vllm_binding.config import SCHEDULER_CLS, BindingConfig, ConflictAction, OffloadSettings
 from kvclaims.vllm_binding.plugin import (
     SUPPORTED_VLLM_VERSIONS,
     UnsupportedVllmError,
@@ -38,6 +43,7 @@ __all__ = [
     "ClaimScheduler",
     "ClaimSchedulerMixin",
     "ConflictAction",
+    "OffloadSettings",
     "UnsupportedVllmError",
     "require_supported_vllm",
 ]
