@@ -8,7 +8,8 @@ Everything the stock connector does is kept; three things are added:
 
 - **Claim identity through the jobs.** The scheduler-side instance asks the binding's arbiter
   (`bind`) which claims each load job restores (the claims whose prefix blocks it carries) and
-  ships those claim tags to the workers in `ClaimOffloadingMetadata.load_claims`.
+  which claims each store job copies to the CPU tier, and ships those claim tags to the workers
+  in `ClaimOffloadingMetadata.load_claims` / `store_claims`.
 - **A failure path.** vLLM 0.32's offload worker asserts every transfer succeeded, so a failed
   CPU->GPU copy would kill the engine. Here the spec's worker is wrapped (`ReportingWorker`): a
   failed load is recorded, passed on as finished (so the request is released from its
@@ -18,8 +19,9 @@ Everything the stock connector does is kept; three things are added:
   arbiter maps it to a claim-scoped outcome before vLLM's own terminal handling.
 - **Claim-filtered failure injection** (`faults`): off unless enabled, loads only, by claim.
 
-Stores are never failed here; a store that does not fit the CPU tier is dropped by vLLM's own
-manager, as before.
+Stores are never failed here, and a store the worker reports failed is not masked: vLLM's own
+assertion stands, as without the binding (marking an unwritten chunk stored would hand a later
+load garbage). A store that does not fit the CPU tier is dropped by vLLM's manager, as before.
 """
 
 from __future__ import annotations
@@ -67,12 +69,18 @@ class ClaimDirectory(Protocol):
         scheduled as `job_id`; returns the claims it would restore (its claim tags)."""
         ...
 
+    def on_store_scheduled(self, job_id: int, keys: frozenset[Any]) -> tuple[str, ...]:
+        """A store of the CPU-tier chunks `keys` was scheduled as `job_id`; returns the claims
+        whose host copy it writes (its claim tags)."""
+        ...
+
 
 @dataclass
 class ClaimOffloadingMetadata(OffloadingConnectorMetadata):
     """vLLM's offloading metadata plus, per load job, the claims it restores."""
 
     load_claims: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    store_claims: dict[int, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -112,11 +120,13 @@ class ReportingWorker(OffloadingWorker):
         self.inner = inner
         self.owner = owner
         self._injected: list[TransferResult] = []
+        self._loads: set[int] = set()
 
     def submit_store(self, job_id: int, src_spec: GPULoadStoreSpec, dst_spec: LoadStoreSpec) -> bool:
         return self.inner.submit_store(job_id, src_spec, dst_spec)
 
     def submit_load(self, job_id: int, src_spec: LoadStoreSpec, dst_spec: GPULoadStoreSpec) -> bool:
+        self._loads.add(job_id)
         if self.owner.injector.should_fail(self.owner.claims_of_job(job_id)):
             self.owner.note_injected(job_id)
             self._injected.append(TransferResult(job_id=job_id, success=False))
@@ -126,16 +136,18 @@ class ReportingWorker(OffloadingWorker):
     def get_finished(self) -> list[TransferResult]:
         results = [*self.inner.get_finished(), *self._injected]
         self._injected.clear()
+        passed = []
         for result in results:
-            if not result.success:
-                self.owner.note_failed(result.job_id)
-        # vLLM's connector worker asserts success; the failure is reported separately.
-        return [
-            r
-            if r.success
-            else TransferResult(job_id=r.job_id, success=True, transfer_size=0, transfer_time=0.0)
-            for r in results
-        ]
+            if result.job_id in self._loads:
+                self._loads.discard(result.job_id)
+                if not result.success:
+                    # vLLM's connector worker asserts success; the failure is reported separately.
+                    self.owner.note_failed(result.job_id)
+                    result = TransferResult(
+                        job_id=result.job_id, success=True, transfer_size=0, transfer_time=0.0
+                    )
+            passed.append(result)
+        return passed
 
     def wait(self, job_ids: set[int]) -> None:
         self.inner.wait(job_ids)
@@ -276,19 +288,26 @@ class ClaimOffloadingConnector(OffloadingConnector):
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> KVConnectorMetadata:
         meta = super().build_connector_meta(scheduler_output)
         assert isinstance(meta, OffloadingConnectorMetadata)
-        tags: dict[int, tuple[str, ...]] = {}
+        loads: dict[int, tuple[str, ...]] = {}
+        stores: dict[int, tuple[str, ...]] = {}
         if self._directory is not None:
             for job_id, job in meta.load_jobs.items():
                 spec = job.dst_spec
                 assert isinstance(spec, GPULoadStoreSpec)
-                tags[job_id] = self._directory.on_load_scheduled(
+                loads[job_id] = self._directory.on_load_scheduled(
                     job_id, job.req_id, int(spec.block_indices[0]), int(spec.group_sizes[0])
                 )
+            jobs = self.scheduler._jobs  # vLLM 0.32: job id -> status with the chunks' keys
+            for job_id in meta.store_jobs:
+                status = jobs.get(job_id)
+                if status is not None:
+                    stores[job_id] = self._directory.on_store_scheduled(job_id, frozenset(status.keys))
         return ClaimOffloadingMetadata(
             load_jobs=meta.load_jobs,
             store_jobs=meta.store_jobs,
             jobs_to_flush=meta.jobs_to_flush,
-            load_claims=tags,
+            load_claims=loads,
+            store_claims=stores,
         )
 
     # -- worker side ------------------------------------------------------------------------

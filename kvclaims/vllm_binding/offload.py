@@ -5,6 +5,9 @@ Semantics for an accepted `offloadable` claim (DESIGN 2.1, 6; seed 000 paths A-C
 
 - Its device blocks are watched, not pinned; its host chunks (the CPU tier's copy of its prefix)
   are held by the claim-aware CPU policy while it is responsible, so the tier never evicts them.
+  Store jobs writing them carry the claim's tag; when one completes, each position it copied is
+  reported as `block_stored` with `cache_level=cpu` (the chunk id as block id), which refinement
+  checks for identity but never counts toward the device predicate.
 - **Offloaded**: when the device loses a block that breaks its predicate and the CPU tier holds
   every chunk the predicate needs, `resident_claim_offloaded(tier=cpu)` is reported before the
   removals. Without a complete host copy the same loss is harm.
@@ -36,6 +39,7 @@ from vllm.v1.kv_offload.base import OffloadKey, make_offload_key
 
 from kvclaims.spec.trace import (
     ActiveRequestRefused,
+    BlockStored,
     ConflictReason,
     FaultInjected,
     ResidentClaimOffloaded,
@@ -69,6 +73,9 @@ class ClaimOffload:
         self.blocks_per_chunk = connector.blocks_per_chunk
         self.ledger = RestorationLedger()
         self._reports: dict[int, int] = {}
+        self._positions: dict[OffloadKey, list[tuple[str, int]]] = {}
+        """CPU-tier key -> (claim, position) of every block it holds, for held claims."""
+        self._stores: dict[int, list[tuple[str, int, OffloadKey]]] = {}
         connector.bind(self)
         if self.policy is not None:
             self.policy.guardian = self
@@ -110,13 +117,25 @@ class ClaimOffload:
 
     def hold(self, record: ClaimRecord) -> None:
         """Keep the claim's host chunks out of CPU-tier eviction while it is responsible."""
+        keys = self._keys(record)
         if self.policy is not None:
-            self.policy.hold(record.claim_id, self._keys(record))
+            self.policy.hold(record.claim_id, keys)
+        per_chunk = self.blocks_per_chunk
+        for chunk, key in enumerate(keys):
+            self._positions.setdefault(key, []).extend(
+                (record.claim_id, position) for position in range(chunk * per_chunk, (chunk + 1) * per_chunk)
+            )
 
     def release(self, record: ClaimRecord) -> None:
         """Responsibility ended: the claim's host chunks become ordinary cache entries."""
         if self.policy is not None:
             self.policy.release(record.claim_id)
+        for key in self._keys(record):
+            held = [entry for entry in self._positions.get(key, ()) if entry[0] != record.claim_id]
+            if held:
+                self._positions[key] = held
+            else:
+                self._positions.pop(key, None)
         self.ledger.close_claim(record.claim_id)
 
     def host_copy_ready(self, record: ClaimRecord) -> bool:
@@ -152,6 +171,30 @@ class ClaimOffload:
                     tags.append(record.claim_id)
         self.ledger.book(LoadJob(job_id, request_id, tuple(tags), first_block, num_blocks))
         return tuple(tags)
+
+    def on_store_scheduled(self, job_id: int, keys: frozenset[OffloadKey]) -> tuple[str, ...]:
+        """Book a scheduled store; its claim tags are the held claims whose chunks it writes."""
+        copied = [(claim, position, key) for key in keys for claim, position in self._positions.get(key, ())]
+        if copied:
+            self._stores[job_id] = copied
+        return tuple(sorted({claim for claim, _, _ in copied}))
+
+    def _store_completed(self, job_id: int) -> None:
+        """Every worker wrote the job's chunks: each claimed position's host copy exists."""
+        registry = self.arbiter.registry
+        for claim_id, position, key in sorted(self._stores.pop(job_id, ()), key=lambda e: (e[0], e[1])):
+            record = registry.claims.get(claim_id)
+            chunk = self.policy.get(key) if self.policy is not None else None
+            if record is None or chunk is None:
+                continue
+            self.arbiter.emit(
+                BlockStored,
+                block_id=chunk.chunk_id,
+                block_hash=record.hashes[position].hex(),
+                cache_level=TIER,
+                claim_id=claim_id,
+                position=position,
+            )
 
     # -- after schedule(): admissions and restore_required ---------------------------------
 
@@ -190,14 +233,17 @@ class ClaimOffload:
             self._reports.pop(job_id, None)
             self._load_failed(job_id, failure, received)
         for job_id, count in meta.completed_jobs.items():
-            if job_id in failed or job_id not in self.ledger.jobs:
+            if job_id in failed or (job_id not in self.ledger.jobs and job_id not in self._stores):
                 continue
             reported = self._reports.get(job_id, 0) + count
             if reported < self.connector.num_workers:
                 self._reports[job_id] = reported
                 continue
             self._reports.pop(job_id, None)
-            self._load_succeeded(job_id)
+            if job_id in self._stores:
+                self._store_completed(job_id)
+            else:
+                self._load_succeeded(job_id)
 
     def _trace_id(self, request_id: str) -> str:
         book = self.arbiter.book_of(request_id)

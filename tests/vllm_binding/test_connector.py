@@ -81,6 +81,19 @@ def test_a_real_copy_failure_is_recorded_instead_of_killing_the_engine() -> None
     assert owner.failed == [5] and owner.injected == []
 
 
+def test_a_failed_store_is_not_masked() -> None:
+    """Only loads have a reported failure path; a store the worker says failed is passed on
+    as failed, so vLLM's own assertion stands (an unwritten chunk is never marked stored)."""
+    from kvclaims.vllm_binding.connector import ReportingWorker
+
+    inner = Inner(failing=set())
+    inner.done.append(inner._result(9, False, 0, 0.0))  # a store that failed
+    owner = Owner(LoadFaultPlan(), {})
+    worker = ReportingWorker(inner, owner)  # type: ignore[arg-type]
+    assert [(r.job_id, r.success) for r in worker.get_finished()] == [(9, False)]
+    assert owner.failed == []
+
+
 def test_worker_metadata_merges_failed_loads_of_every_worker() -> None:
     from kvclaims.vllm_binding.connector import ClaimWorkerMetadata, FailedLoad
 

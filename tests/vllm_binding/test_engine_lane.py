@@ -94,6 +94,26 @@ def test_path_a_offload_restore_then_a_satisfied_reuse(runs: dict[str, Checked])
     assert "restore_before_reuse" in runs["path-a-restore"].witnesses
 
 
+def test_the_claims_host_copy_is_reported_position_by_position_before_it_is_offloaded(
+    runs: dict[str, Checked],
+) -> None:
+    """Store jobs carry the claim's tag: each copied position is a CPU-tier block event of the
+    claim, all four before the offload; a claim whose store never fit has none."""
+    from kvclaims.vllm_binding.scenarios import read_events
+
+    events = read_events(runs["path-a-restore"].trace)
+    host = [e for e in events if e.event == "block_stored" and e.cache_level == "cpu"]
+    offloaded = next(e for e in events if e.event == "resident_claim_offloaded")
+    assert sorted((e.claim_id, e.position) for e in host) == [("claim:A", p) for p in range(4)]
+    assert all(e.seq < offloaded.seq for e in host)
+    harm_events = read_events(runs["offload-harm"].trace)
+    assert not [
+        e
+        for e in harm_events
+        if e.event == "block_stored" and e.cache_level == "cpu" and e.claim_id == "claim:V"
+    ]
+
+
 def test_path_b_same_claim_failure_is_refused_naming_the_claim_before_the_finish(
     runs: dict[str, Checked],
 ) -> None:
