@@ -274,3 +274,20 @@ def test_connector_claim_first_named_by_a_reuse_request_is_post_hoc() -> None:
     records = connector_failure()
     records[0]["resident_claim_role"] = "reuse"
     assert check_bytes(ndjson(records)).rule is R.identity
+
+
+# --- dispatch ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "abstraction",
+    ["blockpool.BlockPoolAbstraction", "offload_hook.OffloadHookAbstraction"],
+)
+def test_every_event_of_a_dispatching_lane_has_its_mapping(abstraction: str) -> None:
+    """`RecordAbstraction.abstract` calls `_<event>`: a vocabulary name without that method
+    would be an AttributeError in the middle of a check instead of a verdict."""
+    import importlib
+
+    module, name = abstraction.split(".")
+    cls = getattr(importlib.import_module(f"kvclaims.refinement.abstractions.{module}"), name)
+    assert [event for event in sorted(cls.VOCABULARY) if not callable(getattr(cls, "_" + event, None))] == []

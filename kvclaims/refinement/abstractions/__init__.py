@@ -4,7 +4,7 @@ The checker never special-cases a vocabulary. Each module here reads its own rec
 trace v1 event mappings (validated into the same Structs the v1 reader decodes), so every trace,
 native or foreign, is judged by the same checker and the same lifecycle machine.
 
-An NDJSON abstraction is a class with:
+An NDJSON abstraction is a class (the seed lanes subclass `RecordAbstraction`) with:
 
 - `FORMAT` (its `--format` name) and `VOCABULARY` (every event name it understands);
 - `detect(record) -> bool` on the first decoded record (auto-detection);
@@ -58,3 +58,44 @@ def leading_prefix_blocks(text: str, line: int, field: str) -> int:
     if not inner.isdigit() or int(inner) < 1:
         raise parse_error(f"predicate threshold must be a positive integer, got {inner!r}", line, field)
     return int(inner)
+
+
+class RecordAbstraction:
+    """What the seed-lane abstractions share: a record is dispatched by its event name to the
+    method `_<event>` (so `VOCABULARY` and the methods must agree; the tests check that), and
+    no step is owed at the end unless a subclass says so."""
+
+    FORMAT: str
+    VOCABULARY: frozenset[str]
+
+    def abstract(self, record: dict[str, Any], line: int) -> list[dict[str, Any]]:
+        return getattr(self, "_" + record["event"])(record, line)
+
+    def finish(self) -> list[dict[str, Any]]:
+        return []
+
+
+def usable_blocks_of(first: dict[str, Any]) -> int | None:
+    """The pool size a seed lane's first record states, if it states one as an integer."""
+    usable = first.get("usable_blocks")
+    return usable if type(usable) is int else None
+
+
+def claim_request_step(record: dict[str, Any], line: int, event: str) -> dict[str, Any]:
+    """A v1 step about one claim and one request, both named by the record."""
+    return {
+        "event": event,
+        "claim_id": require(record, "claim_id", str, line),
+        "request_id": require(record, "request_id", str, line),
+    }
+
+
+def offloaded_step(record: dict[str, Any], line: int, tier_field: str) -> list[dict[str, Any]]:
+    """`resident_claim_offloaded` of the record's claim to the tier in `tier_field`."""
+    return [
+        {
+            "event": "resident_claim_offloaded",
+            "claim_id": require(record, "claim_id", str, line),
+            "tier": require(record, tier_field, str, line),
+        }
+    ]

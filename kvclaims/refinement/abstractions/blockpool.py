@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvclaims.refinement.abstractions import optional, require
+from kvclaims.refinement.abstractions import RecordAbstraction, optional, require, usable_blocks_of
 from kvclaims.refinement.reader import HeaderInfo, parse_error
 from kvclaims.spec.trace import CAPACITY_PROOF_FIELDS
 from kvclaims.spec.vocabulary import ProtectionMode
@@ -68,7 +68,7 @@ MODES: dict[str, ProtectionMode] = {"hard_exclude": ProtectionMode.hard_protecte
 """The prototype's protection modes, by the contract mode they implement."""
 
 
-class BlockPoolAbstraction:
+class BlockPoolAbstraction(RecordAbstraction):
     """Maps one BlockPool-lane record at a time to trace v1 steps (see the module table)."""
 
     FORMAT = FORMAT
@@ -84,16 +84,9 @@ class BlockPoolAbstraction:
         )
 
     def __init__(self, first: dict[str, Any]) -> None:
-        usable = first.get("usable_blocks")
-        self.header = HeaderInfo(usable if type(usable) is int else None, None, first.get("run_id"))
+        self.header = HeaderInfo(usable_blocks_of(first), None, first.get("run_id"))
         self._hashes: dict[int, str] = {}
         self._served: set[str] = set()
-
-    def finish(self) -> list[dict[str, Any]]:
-        return []
-
-    def abstract(self, record: dict[str, Any], line: int) -> list[dict[str, Any]]:
-        return getattr(self, "_" + record["event"])(record, line)
 
     def _resident_block_materialized(self, r: dict[str, Any], line: int) -> list[dict[str, Any]]:
         block = require(r, "physical_block_id", int, line)

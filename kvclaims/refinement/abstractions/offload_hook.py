@@ -30,7 +30,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvclaims.refinement.abstractions import leading_prefix_blocks, optional, require
+from kvclaims.refinement.abstractions import (
+    RecordAbstraction,
+    claim_request_step,
+    leading_prefix_blocks,
+    offloaded_step,
+    optional,
+    require,
+    usable_blocks_of,
+)
 from kvclaims.refinement.reader import HeaderInfo, parse_error
 from kvclaims.spec.trace import CAPACITY_PROOF_FIELDS, RestorationOutcome
 from kvclaims.spec.vocabulary import ProtectionMode
@@ -60,7 +68,7 @@ RESTORATION_REFUSALS = frozenset({"restore_unavailable_refuse", "infeasible_rest
 _OUTCOMES = frozenset(o.value for o in RestorationOutcome)
 
 
-class OffloadHookAbstraction:
+class OffloadHookAbstraction(RecordAbstraction):
     """Maps one reference-hook record at a time to trace v1 steps (see the module table)."""
 
     FORMAT = FORMAT
@@ -76,14 +84,7 @@ class OffloadHookAbstraction:
         )
 
     def __init__(self, first: dict[str, Any]) -> None:
-        usable = first.get("usable_blocks")
-        self.header = HeaderInfo(usable if type(usable) is int else None, None, first.get("run_id"))
-
-    def finish(self) -> list[dict[str, Any]]:
-        return []
-
-    def abstract(self, record: dict[str, Any], line: int) -> list[dict[str, Any]]:
-        return getattr(self, "_" + record["event"])(record, line)
+        self.header = HeaderInfo(usable_blocks_of(first), None, first.get("run_id"))
 
     def _resident_claim_accepted(self, r: dict[str, Any], line: int) -> list[dict[str, Any]]:
         if r.get("claim_registration") != "pre_registered":
@@ -117,27 +118,14 @@ class OffloadHookAbstraction:
         ]
 
     def _resident_claim_offloaded(self, r: dict[str, Any], line: int) -> list[dict[str, Any]]:
-        return [
-            {
-                "event": "resident_claim_offloaded",
-                "claim_id": require(r, "claim_id", str, line),
-                "tier": require(r, "cache_tier_to", str, line),
-            }
-        ]
-
-    def _claim_request(self, r: dict[str, Any], line: int, event: str) -> dict[str, Any]:
-        return {
-            "event": event,
-            "claim_id": require(r, "claim_id", str, line),
-            "request_id": require(r, "request_id", str, line),
-        }
+        return offloaded_step(r, line, "cache_tier_to")
 
     def _resident_claim_restore_required(self, r: dict[str, Any], line: int) -> list[dict[str, Any]]:
-        return [self._claim_request(r, line, "resident_claim_restore_required")]
+        return [claim_request_step(r, line, "resident_claim_restore_required")]
 
     def _resident_claim_restored(self, r: dict[str, Any], line: int) -> list[dict[str, Any]]:
         from_tier = r.get("restored_from_offload_tier") is True and r.get("restoration_completed") is True
-        return [self._claim_request(r, line, "resident_claim_restored")] if from_tier else []
+        return [claim_request_step(r, line, "resident_claim_restored")] if from_tier else []
 
     def _resident_claim_reuse_after_restore(self, r: dict[str, Any], line: int) -> list[dict[str, Any]]:
         return [

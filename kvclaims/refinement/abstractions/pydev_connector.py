@@ -36,7 +36,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvclaims.refinement.abstractions import leading_prefix_blocks, optional, require
+from kvclaims.refinement.abstractions import (
+    RecordAbstraction,
+    claim_request_step,
+    leading_prefix_blocks,
+    offloaded_step,
+    optional,
+    require,
+)
 from kvclaims.refinement.reader import HeaderInfo
 from kvclaims.spec.trace import RestorationOutcome
 from kvclaims.spec.vocabulary import ProtectionMode
@@ -83,7 +90,7 @@ _OUTCOMES = frozenset(o.value for o in RestorationOutcome)
 _STORE = ["GPU", "CPU"]
 
 
-class PydevConnectorAbstraction:
+class PydevConnectorAbstraction(RecordAbstraction):
     """Maps one patched-connector record at a time to trace v1 steps (see the module table)."""
 
     FORMAT = FORMAT
@@ -104,9 +111,6 @@ class PydevConnectorAbstraction:
         self._materialized: set[str] = set()
         self._failures: dict[tuple[str, str], str] = {}
         self._refusals: dict[str, list[str]] = {}
-
-    def finish(self) -> list[dict[str, Any]]:
-        return []
 
     def abstract(self, record: dict[str, Any], line: int) -> list[dict[str, Any]]:
         name = record["event"]
@@ -185,28 +189,15 @@ class PydevConnectorAbstraction:
         ]
 
     def _resident_claim_offloaded(self, r: dict[str, Any], line: int) -> list[dict[str, Any]]:
-        return [
-            {
-                "event": "resident_claim_offloaded",
-                "claim_id": require(r, "claim_id", str, line),
-                "tier": require(r, "destination_tier", str, line),
-            }
-        ]
-
-    def _claim_request(self, r: dict[str, Any], line: int, event: str) -> dict[str, Any]:
-        return {
-            "event": event,
-            "claim_id": require(r, "claim_id", str, line),
-            "request_id": require(r, "request_id", str, line),
-        }
+        return offloaded_step(r, line, "destination_tier")
 
     def _resident_claim_restore_required(self, r: dict[str, Any], line: int) -> list[dict[str, Any]]:
-        return [self._claim_request(r, line, "resident_claim_restore_required")]
+        return [claim_request_step(r, line, "resident_claim_restore_required")]
 
     def _resident_claim_restored(self, r: dict[str, Any], line: int) -> list[dict[str, Any]]:
         if r.get("restored_from_offload_tier") is not True:
             return []
-        return [self._claim_request(r, line, "resident_claim_restored")]
+        return [claim_request_step(r, line, "resident_claim_restored")]
 
     def _failure(self, r: dict[str, Any], line: int) -> tuple[str, str, str]:
         claim_id = optional(r, "outcome_claim_id", str, line) or require(r, "claim_id", str, line)
