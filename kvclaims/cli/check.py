@@ -1,11 +1,13 @@
-"""`kvclaims check TRACE... [--format F] [--registry FILE] [--json] [--evidence-out FILE]`:
+"""`kvclaims check TRACE... [--format F] [--registry FILE] [--jobs N] [--json] [--evidence-out FILE]`:
 does each recorded trace refine the resident-claim model?
 
 TRACE is a trace file or a directory (searched recursively for *.jsonl, *.ndjson, *.msgpack,
 *.kvevents). `--format auto` (the default) recognises kvclaims trace v1 and the foreign
 vocabularies: blockpool, offload-hook, pydev-connector, vllm-kv-events (which needs
 `--registry`, an external claim registry). A rejection prints its counterexample with the
-surrounding events; several traces print one summary table.
+surrounding events; several traces print one summary table (in file order) and the totals by
+outcome. Several traces are checked in parallel, one process per core: `--jobs N` sets the
+number of processes, `--jobs 1` checks them one after another; the verdicts are the same.
 
 `--evidence-out FILE` writes the anchored evidence items (YAML, or JSON for *.json) that the
 traces supply, ready to cite in a runtime descriptor; it writes nothing unless every trace is
@@ -18,19 +20,32 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
 from kvclaims.cli._common import print_json, print_table, stderr_console, stdout_console
+from kvclaims.spec.errors import InputError
 
 TRACE_SUFFIXES = (".jsonl", ".ndjson", ".msgpack", ".kvevents")
 PROGRESS_MIN_BYTES = 8 * 1024 * 1024
 """Files at least this large get a progress bar (on a terminal only)."""
 
+PROGRESS_MIN_TRACES = 8
+"""Runs of at least this many traces get a progress bar over the traces (on a terminal only)."""
+
 EXIT_CODES = {"accepted": 0, "rejected": 1, "invalid": 2, "inconclusive": 3}
 """The exit code of each outcome; a run exits with the code of its worst outcome."""
 
-CONTEXT_LINES = 2
+OUTCOME_STYLES: dict[str, str] = {
+    "accepted": "bold green",
+    "rejected": "bold red",
+    "invalid": "magenta",
+    "inconclusive": "yellow",
+}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -47,6 +62,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--format", default=AUTO, choices=[AUTO, *FORMATS], help="trace format (default: auto)"
     )
     parser.add_argument("--registry", type=Path, metavar="FILE", help="claim registry for vllm-kv-events")
+    parser.add_argument(
+        "--jobs",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="check traces in N processes (default: one per core; 1 = sequential)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON verdict per trace")
     parser.add_argument(
         "--evidence-out", type=Path, metavar="FILE", help="write evidence items (accepted only)"
@@ -65,18 +87,23 @@ def trace_files(targets: list[Path]) -> list[Path]:
     return found
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def run(args: argparse.Namespace) -> int:
-    from kvclaims.refinement.api import check_trace
     from kvclaims.refinement.verdict import Outcome
 
     files = trace_files(args.traces)
     if not files:
         stderr_console().print("[bold red]error:[/] no trace files found")
         return EXIT_CODES["invalid"]
-    verdicts = []
-    for path in files:
-        with _progress(path) as progress:
-            verdicts.append(check_trace(path, format=args.format, registry=args.registry, progress=progress))
+    jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
+    with _count_progress(len(files)) as advance:
+        verdicts = check_files(files, format=args.format, registry=args.registry, jobs=jobs, on_done=advance)
     if args.json:
         print_json([v.to_json() for v in verdicts] if len(verdicts) > 1 else verdicts[0].to_json())
     elif len(verdicts) == 1:
@@ -96,11 +123,97 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_CODES[worst.value]
 
 
-class _progress:
-    """A rich progress bar for a large file on a terminal; otherwise nothing."""
+def check_files(
+    files: list[Path],
+    *,
+    format: str = "auto",
+    registry: Path | None = None,
+    jobs: int = 1,
+    on_done: Callable[[], None] | None = None,
+) -> list[Any]:
+    """The verdict of each file, in the order of `files`, checked by `min(jobs, len(files))`
+    worker processes (in this process when that is 1). `on_done` is called once per finished
+    trace, in completion order. A bad registry raises `InputError` as a sequential run would."""
+    workers = min(jobs, len(files))
+    if workers <= 1:
+        verdicts = []
+        for path in files:
+            # a byte bar per large file only when no bar over the traces is live (rich shows one)
+            with _progress(path, alone=on_done is None) as progress:
+                verdicts.append(_check_one(path, format, registry, progress))
+            if on_done is not None:
+                on_done()
+        return verdicts
+    found: list[Any] = [None] * len(files)
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(_check_in_worker, path, format, registry): i for i, path in enumerate(files)}
+        try:
+            for future in as_completed(futures):
+                result = future.result()
+                if isinstance(result, list):
+                    raise InputError(result)
+                found[futures[future]] = result
+                if on_done is not None:
+                    on_done()
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+    return found
 
-    def __init__(self, path: Path) -> None:
+
+def _check_one(path: Path, format: str, registry: Path | None, progress: Any = None) -> Any:
+    from kvclaims.refinement.api import check_trace
+
+    return check_trace(path, format=format, registry=registry, progress=progress)
+
+
+def _check_in_worker(path: Path, format: str, registry: Path | None) -> Any:
+    """A trace's verdict, or the problems of the `InputError` it raised: an InputError does not
+    survive pickling (its constructor takes problems, its args hold text), its problems do."""
+    try:
+        return _check_one(path, format, registry)
+    except InputError as error:
+        return list(error.problems)
+
+
+class _count_progress:
+    """A rich progress bar over the traces of a long run on a terminal; otherwise nothing.
+    Entering it gives the per-trace callback (None when there is no bar)."""
+
+    def __init__(self, total: int) -> None:
+        self._total = total
+        self._bar: Any = None
+
+    def __enter__(self) -> Callable[[], None] | None:
+        console = stderr_console()
+        if not console.is_terminal or self._total < PROGRESS_MIN_TRACES:
+            return None
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+        self._bar = Progress(
+            "[bold]checking traces[/]",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        )
+        self._bar.start()
+        task = self._bar.add_task("traces", total=self._total)
+        return lambda: self._bar.advance(task)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+class _progress:
+    """A rich progress bar for a large file on a terminal (unless another bar is live, `alone`
+    False); otherwise nothing."""
+
+    def __init__(self, path: Path, *, alone: bool = True) -> None:
         self._path = path
+        self._alone = alone
         self._bar: Any = None
 
     def __enter__(self) -> Any:
@@ -109,7 +222,7 @@ class _progress:
             size = self._path.stat().st_size
         except OSError:
             return None
-        if not console.is_terminal or size < PROGRESS_MIN_BYTES:
+        if not self._alone or not console.is_terminal or size < PROGRESS_MIN_BYTES:
             return None
         from rich.progress import (
             BarColumn,
@@ -138,56 +251,18 @@ class _progress:
 
 
 def _print_one(verdict: Any) -> None:
+    """The shared plain-text rendering (`kvclaims.refinement.rendering`), the outcome coloured."""
     from rich.markup import escape
 
+    from kvclaims.refinement.rendering import OFFENDING_MARKER, verdict_lines
+
     console = stdout_console()
-    style = {"accepted": "bold green", "rejected": "bold red", "invalid": "magenta", "inconclusive": "yellow"}
-    console.print(
-        f"[{style[verdict.outcome.value]}]{verdict.outcome.value}[/] {escape(verdict.path)} "
-        f"({verdict.format}, {verdict.events} events, {verdict.steps} model steps)"
-    )
-    console.print(f"  {escape(verdict.reason)}")
-    c = verdict.counterexample
-    if c is not None:
-        console.print(f"  rule: [bold]{c.rule}[/]   subject: {escape(c.subject)}   event #{c.event_index}")
-        console.print(f"  state before: {escape(c.state_before)}")
-        console.print(
-            f"  the model allowed instead: {escape(', '.join(c.allowed) or '(nothing: a data check failed)')}"
-        )
-        context = _surrounding(Path(verdict.path), c.line)
-        if context:
-            console.print("  surrounding events:")
-            for number, text in context:
-                marker = "[bold red]>[/]" if number == c.line else " "
-                console.print(f"  {marker} {number:>6} | {escape(text)}")
-        if c.minimal_prefix:
-            console.print("  minimal prefix (rejected on its own, same rule):")
-            for event in c.minimal_prefix:
-                console.print(f"    {event.line:>6} | {escape(event.summary)}")
-    for note in verdict.notes:
-        console.print(f"  note: {escape(note)}")
-    if verdict.witnesses:
-        console.print("  exercised: " + ", ".join(w.kind.value for w in verdict.witnesses))
-
-
-def _surrounding(path: Path, line: int, limit: int = 160) -> list[tuple[int, str]]:
-    """Lines `line - CONTEXT_LINES .. line + CONTEXT_LINES` of a text trace, shortened."""
-    if line <= 0:
-        return []
-    found = []
-    try:
-        with path.open("rb") as handle:
-            for number, raw in enumerate(handle, start=1):
-                if number > line + CONTEXT_LINES:
-                    break
-                if number >= line - CONTEXT_LINES:
-                    text = raw[: limit * 4].decode("utf-8", errors="replace").rstrip("\n")
-                    found.append((number, text if len(text) <= limit else text[: limit - 1] + "…"))
-    except OSError:
-        return []
-    if not all(text.lstrip().startswith("{") for _, text in found):
-        return []  # a binary capture: the minimal prefix shows the steps instead
-    return found
+    outcome = verdict.outcome.value
+    first, *rest = verdict_lines(verdict)
+    console.print(f"[{OUTCOME_STYLES[outcome]}]{outcome}[/]{escape(first.removeprefix(outcome))}")
+    for line in rest:
+        marked = line.startswith(f"  {OFFENDING_MARKER} ")
+        console.print(f"[bold red]{escape(line)}[/]" if marked else escape(line))
 
 
 def _print_summary(verdicts: list[Any]) -> None:
@@ -206,6 +281,15 @@ def _print_summary(verdicts: list[Any]) -> None:
             for v in verdicts
         ],
     )
+    from kvclaims.refinement.verdict import Outcome
+
+    totals = Counter(v.outcome for v in verdicts)
+    counted = ", ".join(
+        f"[{OUTCOME_STYLES[outcome.value]}]{totals[outcome]} {outcome.value}[/]"
+        for outcome in Outcome
+        if totals[outcome]
+    )
+    stderr_console().print(f"{len(verdicts)} traces: {counted}")
 
 
 def _write_evidence(out: Path, files: list[Path], verdicts: list[Any]) -> int:

@@ -1,0 +1,110 @@
+"""`kvclaims check DIR --jobs N`: parallel checking gives the verdicts, order, totals and exit
+code of the sequential run, and fails the same way on bad input."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from kvclaims.cli import check as check_command
+from kvclaims.refinement.testing import TraceBuilder
+from kvclaims.spec.errors import InputError
+
+
+def kvclaims_check(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="kvclaims")
+    check_command.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["check", *argv])
+    return args.run(args)
+
+
+def materialized(trace: TraceBuilder, claim_id: str) -> TraceBuilder:
+    return trace.accept(claim_id).store_prefix(claim_id, 4).materialize(claim_id, 4)
+
+
+def a_mixed_directory(root: Path) -> dict[str, str]:
+    """Traces of every outcome in nested folders; returns file name -> the outcome it must get."""
+    expected = {}
+    for i in range(6):
+        trace = materialized(TraceBuilder(usable_blocks=80), f"claim:{i}")
+        trace.admit("r").reuse("r", f"claim:{i}", 4)
+        expected[f"ok/accepted-{i}.ndjson"] = "accepted"
+        (root / "ok").mkdir(parents=True, exist_ok=True)
+        (root / "ok" / f"accepted-{i}.ndjson").write_bytes(trace.finish("r").ndjson())
+    (root / "bad").mkdir()
+    harm_after_demotion = materialized(TraceBuilder(usable_blocks=80), "C").claim_event("demoted", "C")
+    harm_after_demotion.remove_block("C", 0)
+    harm_after_demotion.claim_event("harmed", "C", leading_blocks=0, required_blocks=4)
+    (root / "bad" / "rejected.ndjson").write_bytes(harm_after_demotion.ndjson())
+    (root / "bad" / "truncated.jsonl").write_bytes(b'{"kvclaims_trace": 1}\n{"seq": 1, "event"')
+    unknown = materialized(TraceBuilder(usable_blocks=80), "D").add("something_new")
+    (root / "bad" / "unknown.ndjson").write_bytes(unknown.ndjson())
+    (root / "bad" / "notes.txt").write_text("not a trace suffix: never checked\n")
+    expected |= {
+        "bad/rejected.ndjson": "rejected",
+        "bad/truncated.jsonl": "invalid",
+        "bad/unknown.ndjson": "inconclusive",
+    }
+    return expected
+
+
+def test_parallel_and_sequential_runs_give_the_same_verdicts_in_file_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    expected = a_mixed_directory(tmp_path)
+    runs = {}
+    for jobs in ("1", "4"):
+        code = kvclaims_check(str(tmp_path), "--jobs", jobs, "--json")
+        runs[jobs] = (code, json.loads(capsys.readouterr().out))
+    assert runs["1"] == runs["4"]
+    code, verdicts = runs["4"]
+    assert code == 2  # the worst outcome is an invalid trace
+    names = [str(Path(v["path"]).relative_to(tmp_path)) for v in verdicts]
+    assert names == sorted(expected)
+    assert {name: v["outcome"] for name, v in zip(names, verdicts, strict=True)} == expected
+    rejected = verdicts[names.index("bad/rejected.ndjson")]
+    assert rejected["rule"] == "lifecycle" and rejected["counterexample"]["minimal_prefix"]
+
+
+def test_the_summary_table_lists_every_trace_and_the_totals(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a_mixed_directory(tmp_path)
+    tables = {}
+    for jobs in ("1", "3"):
+        assert kvclaims_check(str(tmp_path / "ok"), str(tmp_path / "bad"), "--jobs", jobs) == 2
+        captured = capsys.readouterr()
+        tables[jobs] = captured.out
+        assert "9 traces: 6 accepted, 1 inconclusive, 1 rejected, 1 invalid" in captured.err
+    assert tables["1"] == tables["3"]
+    header, *rows = tables["3"].strip().splitlines()
+    assert header.split("\t") == ["trace", "format", "outcome", "rule / class", "events", "reason"]
+    assert [row.split("\t")[2] for row in rows] == ["accepted"] * 6 + ["rejected", "invalid", "inconclusive"]
+
+
+def test_evidence_export_works_from_a_parallel_run(tmp_path: Path) -> None:
+    a_mixed_directory(tmp_path)
+    out = tmp_path / "evidence.yaml"
+    assert kvclaims_check(str(tmp_path / "ok"), "--jobs", "4", "--evidence-out", str(out)) == 0
+    assert "evidence:" in out.read_text()
+    assert kvclaims_check(str(tmp_path), "--jobs", "4", "--evidence-out", str(tmp_path / "none.yaml")) == 2
+    assert not (tmp_path / "none.yaml").exists()
+
+
+def test_a_bad_registry_is_invalid_input_in_parallel_as_in_sequence(tmp_path: Path) -> None:
+    for name in ("a.jsonl", "b.jsonl"):
+        (tmp_path / name).write_text('{"seq": 0, "ts": 1.0, "events": []}\n')
+    for jobs in ("1", "2"):
+        with pytest.raises(InputError) as raised:
+            kvclaims_check(str(tmp_path), "--format", "vllm-kv-events", "--jobs", jobs)
+        assert raised.value.problems and "registry" in str(raised.value)
+
+
+@pytest.mark.parametrize("jobs", ["0", "-2", "many"])
+def test_jobs_must_be_a_positive_integer(jobs: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        kvclaims_check(".", "--jobs", jobs)
+    assert "--jobs" in capsys.readouterr().err
