@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         (args.out / name).write_text(text, encoding="utf-8")
         print(args.out / name)
     if not args.no_png:
-        from kvclaims.cli._heatmap import render_heatmap
+        from kvclaims.report.heatmap import render_heatmap
 
         png = args.out / "lowering-matrix.png"
         render_heatmap(rows, png)

@@ -1,0 +1,110 @@
+"""Check every trace a demo run produced by refinement and judge each verdict against what its
+scenario is: a positive run must be accepted, a `control-*` run must not be.
+
+The engine lane's controls are the one refinement: each names its own expectation
+(`vllm_binding.engine_scenarios.Expectation`: rejected with a rule, or accepted while exporting
+no evidence for the claim it is about; the lane's own stage checks that evidence part). Here a
+control is judged by the outcome and rule it names, and every other control must not be
+accepted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from kvclaims.refinement import check_trace
+
+LANES = {
+    "scenarios": "MicroRuntime scenarios",
+    "vllm": "vLLM scheduler lane",
+    "vllm-engine": "vLLM engine lane",
+}
+"""Demo output folder -> the lane that wrote its traces."""
+
+
+@dataclass(frozen=True)
+class TraceCheck:
+    """One trace's refinement verdict and whether it is what its scenario expects."""
+
+    lane: str
+    scenario: str
+    trace: str
+    """Path relative to the demo output folder."""
+    control: bool
+    expected: str
+    outcome: str
+    rule: str | None
+    reason: str
+    as_expected: bool
+
+    def as_json(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _scenario_of(out: Path, path: Path, folder: str) -> str:
+    """A one-run scenario is `<name>.ndjson`; a several-run one is a folder `<name>/`."""
+    relative = path.relative_to(out / folder)
+    return relative.parts[0] if len(relative.parts) > 1 else path.stem
+
+
+def _engine_expectation(scenario: str) -> tuple[str, str | None] | None:
+    """(outcome, rule) an engine-lane scenario names, or None when it names none (vLLM absent
+    or an unknown scenario)."""
+    try:
+        from kvclaims.vllm_binding.engine_scenarios import ENGINE_SCENARIOS
+    except ImportError:
+        return None
+    known = ENGINE_SCENARIOS.get(scenario)
+    return (known.expect.outcome, known.expect.rule) if known else None
+
+
+def judge(lane: str, scenario: str, outcome: str, rule: str | None) -> tuple[str, bool]:
+    """(what was expected, in words; whether `outcome`/`rule` meets it)."""
+    control = scenario.startswith("control-")
+    named = _engine_expectation(scenario) if lane == "vllm-engine" else None
+    if named is not None:
+        want, want_rule = named
+        words = want + (f" by rule {want_rule}" if want_rule else "")
+        if control and want == "accepted":
+            words += " (no claim outcome evidenced)"
+        return words, outcome == want and (want_rule is None or rule == want_rule)
+    if control:
+        return "not accepted", outcome != "accepted"
+    return "accepted", outcome == "accepted"
+
+
+def trace_files(out: Path, since_ns: int = 0) -> list[tuple[str, Path]]:
+    """(lane folder, trace) for every `*.ndjson` under the lane folders of `out` written at or
+    after `since_ns` (so a rerun into the same folder never judges an older run's traces)."""
+    found = []
+    for folder in LANES:
+        root = out / folder
+        if root.is_dir():
+            found += [(folder, p) for p in sorted(root.rglob("*.ndjson")) if p.stat().st_mtime_ns >= since_ns]
+    return found
+
+
+def check_traces(out: Path, since_ns: int = 0) -> list[TraceCheck]:
+    """Check every trace `trace_files` finds, in lane then path order."""
+    checks = []
+    for folder, path in trace_files(out, since_ns):
+        scenario = _scenario_of(out, path, folder)
+        verdict = check_trace(path)
+        outcome = str(verdict.outcome)
+        rule = str(verdict.rule) if verdict.rule else None
+        expected, ok = judge(folder, scenario, outcome, rule)
+        checks.append(
+            TraceCheck(
+                lane=LANES[folder],
+                scenario=scenario,
+                trace=str(path.relative_to(out)),
+                control=scenario.startswith("control-"),
+                expected=expected,
+                outcome=outcome,
+                rule=rule,
+                reason=verdict.reason if outcome != "accepted" else "",
+                as_expected=ok,
+            )
+        )
+    return checks

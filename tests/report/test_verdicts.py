@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvclaims.report.verdicts import check_traces, judge
+from kvclaims.statemachine.scenarios import run_scenario
+from kvclaims.statemachine.tracing import write_trace
+
+
+def _write(out: Path, scenario: str, as_name: str) -> None:
+    run = run_scenario(scenario).runs[0]
+    write_trace(out / "scenarios" / f"{as_name}.ndjson", run.header, run.events)
+
+
+def test_positives_must_be_accepted_and_controls_must_not(tmp_path: Path) -> None:
+    _write(tmp_path, "hard-claim-60-70-80", "hard-claim-60-70-80")
+    _write(tmp_path, "control-silent-harm", "control-silent-harm")
+    # an accepted run filed as a control: the check must flag it
+    _write(tmp_path, "native-60-70-80", "control-looks-fine")
+    checks = {c.scenario: c for c in check_traces(tmp_path)}
+    assert checks["hard-claim-60-70-80"].outcome == "accepted" and checks["hard-claim-60-70-80"].as_expected
+    silent = checks["control-silent-harm"]
+    assert silent.outcome == "rejected" and silent.rule == "no_silent_harm" and silent.as_expected
+    assert "no_silent_harm" in silent.reason
+    assert checks["control-looks-fine"].outcome == "accepted" and not checks["control-looks-fine"].as_expected
+
+
+def test_traces_older_than_the_run_are_not_judged(tmp_path: Path) -> None:
+    _write(tmp_path, "hard-claim-60-70-80", "old")
+    newer_than_everything = (tmp_path / "scenarios" / "old.ndjson").stat().st_mtime_ns + 1
+    assert check_traces(tmp_path, since_ns=newer_than_everything) == []
+
+
+def test_engine_controls_are_judged_by_their_named_expectation() -> None:
+    # control-fallback-recompute names: rejected by rule offload_order
+    assert judge("vllm-engine", "control-fallback-recompute", "rejected", "offload_order")[1]
+    assert not judge("vllm-engine", "control-fallback-recompute", "rejected", "identity")[1]
+    assert not judge("vllm-engine", "control-fallback-recompute", "accepted", None)[1]
+    # an unknown engine scenario falls back to the plain rule
+    assert not judge("vllm-engine", "control-unheard-of", "accepted", None)[1]
