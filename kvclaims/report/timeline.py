@@ -18,6 +18,10 @@ from kvclaims.refinement.decoding import event_decoder
 from kvclaims.report.figure import pyplot, save
 from kvclaims.statemachine.lifecycle import Phase
 
+FOLDED_EVENTS = frozenset({"block_stored", "block_removed"})
+"""Block events share the x position of the event before them: a claim's hundreds of block
+events would otherwise squeeze its lifecycle events into a corner."""
+
 MARKED_EVENTS = {
     "resident_claim_materialized": ("materialized", "d", "#1a9850"),
     "resident_claim_offloaded": ("offloaded", "v", "#984ea3"),
@@ -73,8 +77,10 @@ class Timeline:
     tracks: dict[str, ClaimTrack]
     first_seq: int
     last_seq: int
+    """x positions: the index of each event in the trace with block events folded
+    (`FOLDED_EVENTS`); rejections are reported by the trace's own `seq`."""
     step_starts: list[tuple[int, int]]
-    """(seq, engine step) at the first event of each engine step, when the trace has them."""
+    """(x, engine step) at the first event of each engine step, when the trace has them."""
     rejection: str | None = None
 
 
@@ -88,14 +94,20 @@ def claim_timeline(path: Path) -> Timeline:
     step_starts: list[tuple[int, int]] = []
     rejection = None
     seqs: list[int] = []
+    position = -1
     for index, raw in enumerate(lines[1:]):
         document = json.loads(raw)
+        if document.get("event") not in FOLDED_EVENTS or position < 0:
+            position += 1
         seq = document["seq"]
         try:
             checker.feed(decoder.decode(raw), line=index + 2, index=index)
         except Rejection as rejected:
-            rejection = f"seq {seq}: [{rejected.counterexample.rule}] {rejected.counterexample.message}"
+            rejection = (
+                f"seq {document['seq']}: [{rejected.counterexample.rule}] {rejected.counterexample.message}"
+            )
             break
+        seq = position
         seqs.append(seq)
         step = document.get("engine_step")
         if isinstance(step, int) and (not step_starts or step_starts[-1][1] != step):
@@ -139,7 +151,7 @@ def render_timeline(timeline: Timeline, target: Path, *, title: str) -> Path:
     from matplotlib.patches import Patch
 
     claims = list(timeline.tracks)
-    figure, axes = plt.subplots(figsize=(13, 2.6 + 1.1 * len(claims)))
+    figure, axes = plt.subplots(figsize=(13, max(5.0, 2.6 + 1.1 * len(claims))))
     phases_shown: list[Phase] = []
     marks_shown: dict[str, tuple[str, str]] = {}
     for row, claim_id in enumerate(claims):
@@ -163,7 +175,7 @@ def render_timeline(timeline: Timeline, target: Path, *, title: str) -> Path:
     axes.set_yticks(range(len(claims)), claims)
     axes.set_ylim(len(claims) - 0.4, -0.6)
     axes.set_xlim(timeline.first_seq - 1, timeline.last_seq + 2)
-    axes.set_xlabel("trace event seq (order of events in the trace)")
+    axes.set_xlabel("events in trace order (block_stored / block_removed folded into the event before)")
     axes.set_ylabel("claim")
     axes.grid(axis="x", alpha=0.3)
     if len(timeline.step_starts) > 1:
