@@ -31,14 +31,16 @@ class CacheIdentity(SpecModel):
     adapter or KV format makes an equal token sequence a different object.
     """
 
-    cache_key_domain: Identifier
-    model_id: Identifier
-    token_hash_domain: Identifier
-    namespace: StrictStr = ""
-    block_size: PositiveInt
-    adapter_identity: Identifier | None = None
-    prompt_embedding_identity: Identifier | None = None
-    kv_format: Identifier
+    cache_key_domain: Identifier = Field(description="The runtime's cache-key scheme.")
+    model_id: Identifier = Field(description="The model (weights) the KV was computed with.")
+    token_hash_domain: Identifier = Field(description="The tokenizer and hash of token blocks.")
+    namespace: StrictStr = Field("", description="A cache salt or tenant namespace; empty: none.")
+    block_size: PositiveInt = Field(description="Tokens per KV block.")
+    adapter_identity: Identifier | None = Field(None, description="The LoRA or other adapter, if any.")
+    prompt_embedding_identity: Identifier | None = Field(
+        None, description="The prompt-embedding source, if embeddings were supplied."
+    )
+    kv_format: Identifier = Field(description="The KV layout and dtype.")
 
 
 class LeadingPrefixAtLeast(SpecModel):
@@ -49,8 +51,10 @@ class LeadingPrefixAtLeast(SpecModel):
     """
 
     kind: Literal["leading_prefix_at_least"] = "leading_prefix_at_least"
-    blocks: PositiveInt | None = None
-    tokens: PositiveInt | None = None
+    blocks: PositiveInt | None = Field(None, description="k in blocks; this or `tokens`.")
+    tokens: PositiveInt | None = Field(
+        None, description="k in tokens, rounded up to whole blocks; this or `blocks`."
+    )
 
     @model_validator(mode="after")
     def _exactly_one_unit(self) -> LeadingPrefixAtLeast:
@@ -79,8 +83,10 @@ class HybridTwoKey(SpecModel):
     """
 
     kind: Literal["hybrid_two_key"] = "hybrid_two_key"
-    boundary_blocks: PositiveInt
-    checkpoint_key: Identifier | None = None
+    boundary_blocks: PositiveInt = Field(description="The boundary B, in leading blocks.")
+    checkpoint_key: Identifier | None = Field(
+        None, description="An optional label of the non-KV checkpoint (informational)."
+    )
 
     def required_blocks(self, block_size: int) -> int:
         del block_size

@@ -36,18 +36,28 @@ DESCRIPTOR_SUFFIXES = (".yaml", ".yml")
 class Descriptor(SpecModel):
     """What one runtime surface supplies, natively and through adapters, with anchors."""
 
-    descriptor: Literal[1]
-    runtime: Identifier
-    surface: StrictStr = Field(min_length=1)
-    version: Text = ""
-    commit: Text = ""
-    provenance: Text = ""
-    approximation_signals: list[ApproximationSignal] = []
-    forbidden_lowerings: list[ForbiddenLowering] = []
-    native: list[EvidenceItem] = []
-    adapters: list[Adapter] = []
-    observations: list[Observation] = []
-    lowerings: list[LoweringRow] | None = None
+    descriptor: Literal[1] = Field(description="The format version; always 1.")
+    runtime: Identifier = Field(description="The runtime family (tensorrt-llm, sglang, vllm, ...).")
+    surface: StrictStr = Field(min_length=1, description="The exact surface judged, human readable.")
+    version: Text = Field("", description="The version pinned; this or `commit` is required.")
+    commit: Text = Field("", description="The commit pinned; this or `version` is required.")
+    provenance: Text = Field("", description="Where the curated facts come from.")
+    approximation_signals: list[ApproximationSignal] = Field(
+        [], description="Primitives present that resemble a contract feature; they never supply one."
+    )
+    forbidden_lowerings: list[ForbiddenLowering] = Field(
+        [], description="Mappings that would misrepresent the contract on this runtime."
+    )
+    native: list[EvidenceItem] = Field(
+        [], description="Evidence the unmodified backend supplies (depth none)."
+    )
+    adapters: list[Adapter] = Field([], description="Code outside the backend that supplies obligations.")
+    observations: list[Observation] = Field(
+        [], description="Observed behaviour a mode needs besides obligations."
+    )
+    lowerings: list[LoweringRow] | None = Field(
+        None, description="The (mode, depth) rows to judge; absent: every mode at every depth."
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Descriptor:

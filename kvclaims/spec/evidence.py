@@ -48,18 +48,22 @@ class Anchor(SpecModel):
     (`verify_digest`); until then it is unverified, which fails closed.
     """
 
-    kind: AnchorKind
-    path: Text = ""
-    url: Text = ""
-    repository: Text = ""
-    commit: Text = ""
-    section: Text = ""
-    note: Text = ""
-    ordering: Text = ""
-    claim_scope: Text = ""
-    sha256: Annotated[str, Field(pattern=_SHA256.pattern)] | None = None
-    event_range: tuple[NonNegativeInt, NonNegativeInt] | None = None
-    claim_ids: list[Identifier] = []
+    kind: AnchorKind = Field(description="What the anchor points at.")
+    path: Text = Field("", description="A file: in `repository` at `commit`, or next to the descriptor.")
+    url: Text = Field("", description="A public address; this or `path` is required.")
+    repository: Text = Field("", description="The public repository `path` is in (owner/name).")
+    commit: Text = Field("", description="The commit `path` is read at.")
+    section: Text = Field("", description="The section of a paper or document that reports it.")
+    note: Text = Field("", description="What exactly the source shows; required.")
+    ordering: Text = Field("", description="Trace anchors: how event order is preserved; required.")
+    claim_scope: Text = Field("", description="Trace anchors: how events are tied to the claim; required.")
+    sha256: Annotated[str, Field(pattern=_SHA256.pattern)] | None = Field(
+        None, description="Digest of the local file at `path`; counts only when it matches."
+    )
+    event_range: tuple[NonNegativeInt, NonNegativeInt] | None = Field(
+        None, description="[first, last] event of a trace the evidence is in."
+    )
+    claim_ids: list[Identifier] = Field([], description="The claims of a trace the evidence is about.")
 
     _digest_verified: bool | None = PrivateAttr(default=None)
 
@@ -119,10 +123,13 @@ class EvidenceItem(SpecModel):
     """One statement about one obligation. Its depth is the depth of where it is listed:
     `native` items are depth `none`, adapter items have their adapter's depth."""
 
-    obligation: ObligationName
-    status: EvidenceStatus
-    scope: EvidenceScope
-    anchor: Anchor | None = None
+    obligation: ObligationName = Field(
+        description="The obligation the item is about (legacy `active_refusal_or_defer` is read as "
+        "`explicit_conflict_action`)."
+    )
+    status: EvidenceStatus = Field(description="What the evidence says; only `supported` can count.")
+    scope: EvidenceScope = Field(description="How the evidence was obtained.")
+    anchor: Anchor | None = Field(None, description="Where it can be checked; unanchored items never count.")
     note: Text = ""
 
 
@@ -130,9 +137,9 @@ class Observation(SpecModel):
     """An observed behaviour atom (e.g. a pressure control), needed by some modes besides
     obligations. Counts only anchored and observed (never from docs)."""
 
-    atom: ObservationAtom
-    scope: EvidenceScope
-    anchor: Anchor | None = None
+    atom: ObservationAtom = Field(description="The behaviour observed.")
+    scope: EvidenceScope = Field(description="How it was observed; docs never count.")
+    anchor: Anchor | None = Field(None, description="Where it can be checked; required to count.")
     note: Text = ""
 
 
@@ -143,11 +150,13 @@ class Adapter(SpecModel):
     precondition that is absent is false.
     """
 
-    name: Identifier
-    depth: AdapterDepth
-    preconditions: dict[TelemetryJoinPrecondition, StrictBool] = {}
-    evidence: list[EvidenceItem] = []
-    trust_boundary: Text = ""
+    name: Identifier = Field(description="The adapter's name, unique in the descriptor.")
+    depth: AdapterDepth = Field(description="How deep into the runtime the adapter reaches; not none.")
+    preconditions: dict[TelemetryJoinPrecondition, StrictBool] = Field(
+        {}, description="Telemetry-join preconditions asserted true; an absent one is false."
+    )
+    evidence: list[EvidenceItem] = Field([], description="What the adapter supplies, at its depth.")
+    trust_boundary: Text = Field("", description="What the adapter is trusted for.")
 
     @model_validator(mode="after")
     def _adapter_has_a_depth(self) -> Adapter:
@@ -167,9 +176,9 @@ class Adapter(SpecModel):
 class ForbiddenLowering(SpecModel):
     """A runtime-specific mapping that would misrepresent the contract (curated finding)."""
 
-    mode: ProtectionMode
-    via: ApproximationSignal
-    reason: Annotated[Text, Field(min_length=1)]
+    mode: ProtectionMode = Field(description="The mode the mapping would claim.")
+    via: ApproximationSignal = Field(description="The primitive it would use; must be listed as present.")
+    reason: Annotated[Text, Field(min_length=1)] = Field(description="Why it misrepresents the contract.")
 
 
 class LoweringRow(SpecModel):
@@ -180,6 +189,8 @@ class LoweringRow(SpecModel):
     are misattributions (rejected) or category errors (invalid); see `INFERENCE_VERDICTS`.
     """
 
-    mode: ProtectionMode
-    depth: AdapterDepth
-    inferred_from: dict[ObligationName, ApproximationSignal] = {}
+    mode: ProtectionMode = Field(description="The mode asked about.")
+    depth: AdapterDepth = Field(description="The deepest adapter depth allowed to supply evidence.")
+    inferred_from: dict[ObligationName, ApproximationSignal] = Field(
+        {}, description="Feature-table inferences to refuse explicitly; never supply an obligation."
+    )

@@ -34,11 +34,15 @@ class TraceHeader(_TraceModel):
     """Line 1 of every trace. `usable_blocks` is the pool the capacity proofs refer to; when it
     is known here, every refusal's `usable_blocks` must equal it."""
 
-    kvclaims_trace: Literal[1]
-    source: Text | None = None
-    usable_blocks: NonNegativeInt | None = None
-    block_size: PositiveInt | None = None
-    cache_identity: CacheIdentity | None = None
+    kvclaims_trace: Literal[1] = Field(description="The trace format version; always 1.")
+    source: Text | None = Field(None, description="What produced the trace (runtime, scenario).")
+    usable_blocks: NonNegativeInt | None = Field(
+        None, description="KV blocks in the pool that capacity proofs refer to; null when unknown."
+    )
+    block_size: PositiveInt | None = Field(None, description="Tokens per KV block.")
+    cache_identity: CacheIdentity | None = Field(
+        None, description="The identity inside which cached prefixes are one reusable object."
+    )
 
 
 class RestorationOutcome(StrEnum):
@@ -60,30 +64,36 @@ class ConflictReason(StrEnum):
 class Checkpoint(_TraceModel):
     """A two-key checkpoint at boundary B (seed 002): immutable payload bytes and logical value."""
 
-    boundary: NonNegativeInt
-    payload_hash: Identifier
-    value_hash: Identifier
+    boundary: NonNegativeInt = Field(description="The block boundary B the checkpoint belongs to.")
+    payload_hash: Identifier = Field(description="Hash of the checkpoint's bytes.")
+    value_hash: Identifier = Field(
+        description="Hash of the checkpoint's logical value; only this key establishes equality."
+    )
 
 
 class _Event(_TraceModel):
-    seq: NonNegativeInt
-    t_ns: NonNegativeInt | None = None
+    seq: NonNegativeInt = Field(description="Position in the trace; strictly increases from line to line.")
+    t_ns: NonNegativeInt | None = Field(None, description="Timestamp in nanoseconds; never used for order.")
 
 
 class _ClaimEvent(_Event):
-    claim_id: Identifier
+    claim_id: Identifier = Field(description="The claim this event is about.")
 
 
 class _ClaimTerms(_ClaimEvent):
-    owner_scope: Identifier
-    object_id: Identifier
-    mode: ProtectionMode
-    footprint_blocks: PositiveInt
-    predicate: MaterializationPredicate
-    duration_steps: PositiveInt | None = None
+    owner_scope: Identifier = Field(description="Who owns the claim (tenant, application).")
+    object_id: Identifier = Field(description="The reusable prefix object the claim is about.")
+    mode: ProtectionMode = Field(description="What the claim promises.")
+    footprint_blocks: PositiveInt = Field(description="KV blocks the claim protects.")
+    predicate: MaterializationPredicate = Field(description="When the claim counts as materialized.")
+    duration_steps: PositiveInt | None = Field(
+        None, description="Steps after acceptance at which the claim expires (expiring claims)."
+    )
 
 
 class ResidentClaimSubmitted(_ClaimTerms):
+    """An application asked for a resident claim; the runtime has not decided yet."""
+
     event: Literal["resident_claim_submitted"] = "resident_claim_submitted"
 
 
@@ -94,73 +104,87 @@ class ResidentClaimAccepted(_ClaimTerms):
 
 
 class ResidentClaimRejected(_ClaimEvent):
+    """The runtime declined the claim: it never binds."""
+
     event: Literal["resident_claim_rejected"] = "resident_claim_rejected"
-    reason: StrictStr
+    reason: StrictStr = Field(description="Why the runtime did not accept the claim.")
 
 
 class ResidentClaimMaterialized(_ClaimEvent):
     """The predicate holds now: `leading_blocks` contiguous leading blocks are resident."""
 
     event: Literal["resident_claim_materialized"] = "resident_claim_materialized"
-    leading_blocks: NonNegativeInt
-    checkpoint: Checkpoint | None = None
+    leading_blocks: NonNegativeInt = Field(
+        description="Contiguous leading blocks of the prefix resident now."
+    )
+    checkpoint: Checkpoint | None = Field(
+        None, description="The checkpoint recorded at materialization (hybrid two-key claims)."
+    )
 
 
 class ResidentClaimDemoted(_ClaimEvent):
     """Responsibility relaxed before loss: later loss is post-release, not harm."""
 
     event: Literal["resident_claim_demoted"] = "resident_claim_demoted"
-    reason: Text | None = None
+    reason: Text | None = Field(None, description="Why the claim was demoted (free text).")
 
 
 class ResidentClaimExpired(_ClaimEvent):
     """Responsibility ended by duration: later loss is post-expiry, not harm."""
 
     event: Literal["resident_claim_expired"] = "resident_claim_expired"
-    reason: Text | None = None
+    reason: Text | None = Field(None, description="Why it expired (free text).")
 
 
 class ResidentClaimReleased(_ClaimEvent):
+    """Responsibility ended by the owner or the runtime: later loss is post-release, not harm."""
+
     event: Literal["resident_claim_released"] = "resident_claim_released"
-    reason: Text | None = None
+    reason: Text | None = Field(None, description="Who or what released it (free text).")
 
 
 class ResidentClaimHarmed(_ClaimEvent):
     """An accepted, preserving claim fell below its predicate with no prior release."""
 
     event: Literal["resident_claim_harmed"] = "resident_claim_harmed"
-    leading_blocks: NonNegativeInt
-    required_blocks: PositiveInt
+    leading_blocks: NonNegativeInt = Field(description="Contiguous leading blocks still resident.")
+    required_blocks: PositiveInt = Field(description="Contiguous leading blocks the predicate needs.")
 
 
 class ResidentClaimLost(_ClaimEvent):
     """A best_effort / soft_priority claim fell below its predicate: reported, not harm."""
 
     event: Literal["resident_claim_lost"] = "resident_claim_lost"
-    leading_blocks: NonNegativeInt
+    leading_blocks: NonNegativeInt = Field(description="Contiguous leading blocks still resident.")
 
 
 class ResidentClaimOffloaded(_ClaimEvent):
+    """The claim's blocks moved to another tier; a reuse must restore them first."""
+
     event: Literal["resident_claim_offloaded"] = "resident_claim_offloaded"
-    tier: Identifier
+    tier: Identifier = Field(description="The storage tier that now holds the claim's blocks (e.g. host).")
 
 
 class ResidentClaimRestoreRequired(_ClaimEvent):
     """A reuse by `request_id` needs the offloaded claim restored first."""
 
     event: Literal["resident_claim_restore_required"] = "resident_claim_restore_required"
-    request_id: Identifier
+    request_id: Identifier = Field(description="The request that reuses the claim.")
 
 
 class ResidentClaimRestored(_ClaimEvent):
+    """The offloaded claim is back in the device tier for `request_id`."""
+
     event: Literal["resident_claim_restored"] = "resident_claim_restored"
-    request_id: Identifier
+    request_id: Identifier = Field(description="The request the claim was restored for.")
 
 
 class ResidentClaimRestorationFailed(_ClaimEvent):
+    """Restoring the claim for `request_id` failed; `outcome` is what that became for the claim."""
+
     event: Literal["resident_claim_restoration_failed"] = "resident_claim_restoration_failed"
-    request_id: Identifier
-    outcome: RestorationOutcome
+    request_id: Identifier = Field(description="The request the restoration was for.")
+    outcome: RestorationOutcome = Field(description="What the failure became for the claim.")
 
 
 class ResidentClaimCheckpointRestored(_ClaimEvent):
@@ -168,15 +192,17 @@ class ResidentClaimCheckpointRestored(_ClaimEvent):
     materialization checkpoint satisfies the predicate."""
 
     event: Literal["resident_claim_checkpoint_restored"] = "resident_claim_checkpoint_restored"
-    boundary: NonNegativeInt
-    payload_hash: Identifier
-    value_hash: Identifier
+    boundary: NonNegativeInt = Field(description="The block boundary B restored.")
+    payload_hash: Identifier = Field(description="Hash of the restored bytes.")
+    value_hash: Identifier = Field(description="Hash of the restored logical value.")
 
 
 class ActiveRequestAdmitted(_Event):
+    """An active request was admitted and holds `active_live_blocks` live."""
+
     event: Literal["active_request_admitted"] = "active_request_admitted"
-    request_id: Identifier
-    active_live_blocks: NonNegativeInt
+    request_id: Identifier = Field(description="The admitted request.")
+    active_live_blocks: NonNegativeInt = Field(description="KV blocks the request holds live.")
 
 
 CAPACITY_PROOF_FIELDS: tuple[str, ...] = (
@@ -199,36 +225,58 @@ class _ActiveConflict(_Event):
     may be absent, and are checked when given.
     """
 
-    request_id: Identifier
-    reason: ConflictReason
-    blocking_claim_ids: list[Identifier]
-    protected_resident_blocks: NonNegativeInt | None = None
-    active_live_blocks_required: NonNegativeInt | None = None
-    resident_plus_active_blocks: NonNegativeInt | None = None
-    usable_blocks: NonNegativeInt | None = None
-    capacity_shortfall_blocks: NonNegativeInt | None = None
+    request_id: Identifier = Field(description="The request not served now.")
+    reason: ConflictReason = Field(description="A capacity conflict, or a failed restoration.")
+    blocking_claim_ids: list[Identifier] = Field(
+        description="The accepted claims whose protection caused the conflict; never empty."
+    )
+    protected_resident_blocks: NonNegativeInt | None = Field(
+        None, description="Blocks reserved by the responsible preserving claims."
+    )
+    active_live_blocks_required: NonNegativeInt | None = Field(
+        None, description="Blocks the request needs live."
+    )
+    resident_plus_active_blocks: NonNegativeInt | None = Field(
+        None, description="protected_resident_blocks + active_live_blocks_required."
+    )
+    usable_blocks: NonNegativeInt | None = Field(
+        None, description="The pool; equals the header's usable_blocks when that is given."
+    )
+    capacity_shortfall_blocks: NonNegativeInt | None = Field(
+        None, description="max(0, resident_plus_active_blocks - usable_blocks)."
+    )
 
 
 class ActiveRequestDeferred(_ActiveConflict):
+    """The request waits until the conflict can end. A `capacity` deferral carries the whole
+    capacity proof; a `restoration_failed` one may leave its numbers out."""
+
     event: Literal["active_request_deferred"] = "active_request_deferred"
 
 
 class ActiveRequestRefused(_ActiveConflict):
+    """The request is not served. A `capacity` refusal carries the whole capacity proof, with a
+    positive shortfall; a `restoration_failed` one names exactly the claim that failed."""
+
     event: Literal["active_request_refused"] = "active_request_refused"
 
 
 class RequestReused(_Event):
+    """A request reused a claim's object, served `cached_blocks` leading blocks from the cache."""
+
     event: Literal["request_reused"] = "request_reused"
-    request_id: Identifier
-    claim_id: Identifier
-    cached_blocks: NonNegativeInt
-    predicate_satisfied: StrictBool
+    request_id: Identifier = Field(description="The request that reused the claim's object.")
+    claim_id: Identifier = Field(description="The claim reused.")
+    cached_blocks: NonNegativeInt = Field(description="Leading blocks served from the cache.")
+    predicate_satisfied: StrictBool = Field(description="Whether the claim's predicate held at reuse.")
 
 
 class RequestFinished(_Event):
+    """A request ended."""
+
     event: Literal["request_finished"] = "request_finished"
-    request_id: Identifier
-    status: StrictStr
+    request_id: Identifier = Field(description="The request that ended.")
+    status: StrictStr = Field(description="How it ended (free text, e.g. finished, refused).")
 
 
 class _BlockEvent(_Event):
@@ -236,26 +284,36 @@ class _BlockEvent(_Event):
     in the claim's prefix) are present for claimed blocks, so refinement can track each claim's
     leading prefix and catch silent harm."""
 
-    block_id: NonNegativeInt
-    block_hash: StrictStr
-    cache_level: Text | None = None
-    claim_id: Identifier | None = None
-    position: NonNegativeInt | None = None
+    block_id: NonNegativeInt = Field(description="The physical block in the runtime's pool.")
+    block_hash: StrictStr = Field(description="The block's prefix hash.")
+    cache_level: Text | None = Field(
+        None, description="The tier (gpu or device, or absent: the device pool; others: e.g. cpu)."
+    )
+    claim_id: Identifier | None = Field(None, description="The claim the block belongs to, if claimed.")
+    position: NonNegativeInt | None = Field(
+        None, description="Index of the block in the claim's prefix (0 is the first)."
+    )
 
 
 class BlockStored(_BlockEvent):
+    """A block entered the cache (with `claim_id` and `position` when it belongs to a claim)."""
+
     event: Literal["block_stored"] = "block_stored"
 
 
 class BlockRemoved(_BlockEvent):
+    """A block left the cache (with `claim_id` and `position` when it belonged to a claim)."""
+
     event: Literal["block_removed"] = "block_removed"
 
 
 class FaultInjected(_Event):
+    """A test or scenario injected a fault (e.g. a failed KV load or restore)."""
+
     event: Literal["fault_injected"] = "fault_injected"
-    kind: Identifier
-    claim_id: Identifier | None = None
-    request_id: Identifier | None = None
+    kind: Identifier = Field(description="The fault (e.g. invalid_kv_load, restore_failure).")
+    claim_id: Identifier | None = Field(None, description="The claim the fault targets, if any.")
+    request_id: Identifier | None = Field(None, description="The request the fault targets, if any.")
 
 
 _EVENT_CLASSES: tuple[type[_Event], ...] = (
