@@ -41,7 +41,7 @@ lint: setup
 
 # Regenerate every committed generated file (CI fails when they drift).
 reports: setup
-	$(VENV)/bin/kvclaims schema --out schemas
+	$(VENV)/bin/kvclaims schema --out schemas --docs docs
 	$(VENV)/bin/kvclaims matrix descriptors -o reports
 	$(VENV)/bin/kvclaims prove --out proofs
 

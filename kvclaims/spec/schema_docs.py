@@ -1,0 +1,417 @@
+"""The format references in `docs/`, rendered from the committed JSON Schemas.
+
+`docs/trace-format.md` and `docs/descriptor-format.md` are a short hand-written introduction
+(kept here, in `_INTROS`) followed by tables generated from `schemas/*.schema.json`: one table
+per object type (field, type, required, constraints, description) and the values of every enum.
+Nothing in the tables is typed by hand, so a model change reaches the docs only through its
+schema; a test renders the docs from the committed schemas and fails on any difference, as the
+schema drift test does for the schemas themselves.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+Schema = Mapping[str, Any]
+
+DOC_SOURCES: Mapping[str, tuple[str, ...]] = {
+    "trace-format.md": ("trace-v1-header.schema.json", "trace-v1-event.schema.json"),
+    "descriptor-format.md": ("descriptor-v1.schema.json",),
+}
+"""Each generated document and the committed schemas it is rendered from, in order."""
+
+_REGENERATE = "kvclaims schema --out schemas --docs docs"
+
+TRACE_EXAMPLE: tuple[Mapping[str, Any], ...] = (
+    {"kvclaims_trace": 1, "source": "my-runtime", "usable_blocks": 80},
+    {
+        "seq": 1,
+        "event": "resident_claim_accepted",
+        "claim_id": "c1",
+        "owner_scope": "tenant-a",
+        "object_id": "doc",
+        "mode": "hard_protected",
+        "footprint_blocks": 60,
+        "predicate": {"kind": "leading_prefix_at_least", "blocks": 60},
+    },
+    {"seq": 2, "event": "resident_claim_materialized", "claim_id": "c1", "leading_blocks": 60},
+    {
+        "seq": 3,
+        "event": "active_request_refused",
+        "request_id": "r1",
+        "reason": "capacity",
+        "blocking_claim_ids": ["c1"],
+        "protected_resident_blocks": 60,
+        "active_live_blocks_required": 70,
+        "resident_plus_active_blocks": 130,
+        "usable_blocks": 80,
+        "capacity_shortfall_blocks": 50,
+    },
+)
+"""The example trace of the trace-format introduction (a test checks that it is accepted)."""
+
+_INTROS: Mapping[str, str] = {
+    "trace-format.md": """\
+# Trace format: kvclaims trace v1
+
+A trace is what a runtime did, one JSON object per line (NDJSON, UTF-8), for `kvclaims check`
+to judge against the model (DESIGN.md 3 and 4). Line 1 is the **header**; every other line is
+one **event**, named by its `event` field, with a `seq` that strictly increases. For example, a
+hard-protected claim of 60 blocks, and a 70-block request refused on an 80-block pool:
+
+```json
+{trace_example}
+```
+
+Fail closed: a line that is not JSON, a missing required field, a wrong type or a `seq` that
+does not increase makes the trace `invalid` (exit 2, with the line and field). Unknown *fields*
+are kept and ignored, so a runtime may add its own context; an unknown *event type* makes the
+verdict `inconclusive`, never `accepted`. Which sequences of events are legal (identity,
+lifecycle, capacity arithmetic, attribution, offload order, no silent harm, two-key
+checkpoints) is the subject of refinement, DESIGN.md 4; this page is the shape of each line.
+The machine-readable form is `schemas/trace-v1-header.schema.json` and
+`schemas/trace-v1-event.schema.json`.
+""",
+    "descriptor-format.md": """\
+# Descriptor format: `descriptor: 1`
+
+A descriptor is curated, anchored evidence about what one runtime surface (pinned to a version
+or commit) supplies for the resident-claim contract, natively and through adapters; `kvclaims
+lower` judges it (DESIGN.md 2.4). It is YAML without aliases, merge keys or duplicate keys, at
+most 2 MiB; every error names file, line and field. A minimal one:
+
+```yaml
+descriptor: 1
+runtime: my-runtime
+surface: my-runtime 0.1 prefix cache
+version: "0.1"
+approximation_signals: [priority_value]
+native:
+  - obligation: priority_influence
+    status: supported
+    scope: docs
+    anchor:
+      kind: docs
+      url: https://example.org/my-runtime/0.1/cache.html#priority
+      note: a request's cache priority orders eviction; lower priority blocks go first
+```
+
+How items count and how a row gets its label (`native_sound`, `sound_with_adapter`,
+`approximate`, `unknown`, `rejected`, `invalid`) is in [`descriptors/README.md`](../descriptors/README.md),
+with the curated descriptors shipped with kvclaims. Unknown fields are errors everywhere in a
+descriptor. The machine-readable form is `schemas/descriptor-v1.schema.json`.
+""",
+}
+
+
+# --- reading -------------------------------------------------------------------------------
+
+
+def load_schemas(schema_dir: Path) -> dict[str, dict[str, Any]]:
+    """The committed schemas every document needs, by file name (a missing file raises
+    `FileNotFoundError`: there is nothing to render from)."""
+    names = [name for sources in DOC_SOURCES.values() for name in sources]
+    return {name: json.loads((schema_dir / name).read_text(encoding="utf-8")) for name in names}
+
+
+# --- rendering one schema fragment ---------------------------------------------------------
+
+
+def _ref_name(ref: str) -> str:
+    return ref.rsplit("/", 1)[-1]
+
+
+def _link(name: str) -> str:
+    """A link to the section `### Name` (GitHub's anchor: lowercase, spaces to dashes)."""
+    return f"[`{name}`](#{name.lower().replace(' ', '-')})"
+
+
+def _code(value: Any) -> str:
+    return f"`{json.dumps(value)}`" if not isinstance(value, str) else f"`{value}`"
+
+
+def _cell(text: str) -> str:
+    """Table-cell text: one line, no bare `|`."""
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def _non_null(options: list[Schema]) -> list[Schema]:
+    return [option for option in options if option.get("type") != "null"]
+
+
+def type_of(schema: Schema) -> str:
+    """The type of a schema fragment, in words, with links to named definitions."""
+    if "$ref" in schema:
+        return _link(_ref_name(schema["$ref"]))
+    if "const" in schema:
+        return _code(schema["const"])
+    for key in ("anyOf", "oneOf"):
+        if key in schema:
+            return " or ".join(type_of(option) for option in schema[key])
+    kind = schema.get("type")
+    if kind == "array" and "prefixItems" in schema:
+        return "[" + ", ".join(type_of(item) for item in schema["prefixItems"]) + "]"
+    if kind == "array":
+        return f"list of {type_of(schema.get('items', {}))}"
+    if kind == "object" and isinstance(schema.get("additionalProperties"), Mapping):
+        keys = type_of(schema.get("propertyNames", {"type": "string"}))
+        return f"map of {keys} to {type_of(schema['additionalProperties'])}"
+    if isinstance(kind, str):
+        return kind
+    if "enum" in schema and all(isinstance(value, str) for value in schema["enum"]):
+        return "string"
+    return "any"
+
+
+_INNER = {"items": "each", "propertyNames": "keys", "additionalProperties": "values"}
+"""Nested schemas whose constraints a field's row shows, and how the row names them."""
+
+
+def constraints_of(schema: Schema) -> list[str]:
+    """Value constraints of a fragment (and of its non-null alternatives), in words."""
+    found: list[str] = []
+    parts = [schema, *_non_null(list(schema.get("anyOf", [])))]
+    for part in parts:
+        if "minimum" in part:
+            found.append(f">= {part['minimum']}")
+        if "exclusiveMinimum" in part:
+            found.append(f"> {part['exclusiveMinimum']}")
+        if "maximum" in part:
+            found.append(f"<= {part['maximum']}")
+        if "minLength" in part or "maxLength" in part:
+            low, high = part.get("minLength", 0), part.get("maxLength")
+            found.append(f"length {low}..{high}" if high is not None else f"length >= {low}")
+        if "minItems" in part and part.get("minItems") == part.get("maxItems"):
+            found.append(f"exactly {part['minItems']} items")
+        if "pattern" in part:
+            found.append(f"matches `{part['pattern']}`")
+        if "enum" in part:
+            found.append("one of " + ", ".join(_code(value) for value in part["enum"]))
+        for key, label in _INNER.items():
+            inner = part.get(key)
+            if isinstance(inner, Mapping) and "$ref" not in inner:
+                found.extend(f"{label}: {c}" for c in constraints_of(inner))
+        for item in part.get("prefixItems", []):
+            found.extend(f"each: {c}" for c in constraints_of(item) if f"each: {c}" not in found)
+    return found
+
+
+def _required_cell(name: str, schema: Schema, required: set[str], discriminator: str | None) -> str:
+    if name in required:
+        return "yes"
+    if name == discriminator:
+        return "yes (names the type)"
+    if "default" in schema:
+        return f"no (default `{json.dumps(schema['default'])}`)"
+    return "no"
+
+
+def _ordered_fields(definition: Schema, discriminator: str | None) -> list[str]:
+    """The discriminator first, then required fields in model order, then the rest by name
+    (committed schemas sort keys, so model order survives only in `required`)."""
+    properties = definition.get("properties", {})
+    required = [name for name in definition.get("required", []) if name in properties]
+    head = [discriminator] if discriminator in properties and discriminator not in required else []
+    rest = sorted(name for name in properties if name not in required and name not in head)
+    return [*head, *required, *rest]
+
+
+def field_table(definition: Schema, discriminator: str | None = None) -> list[str]:
+    """The markdown table of an object definition's fields."""
+    properties = definition.get("properties", {})
+    required = set(definition.get("required", []))
+    rows = [
+        "| field | type | required | constraints | description |",
+        "|---|---|---|---|---|",
+    ]
+    for name in _ordered_fields(definition, discriminator):
+        field = properties[name]
+        rows.append(
+            "| "
+            + " | ".join(
+                [
+                    f"`{name}`",
+                    _cell(type_of(field)),
+                    _required_cell(name, field, required, discriminator),
+                    _cell("; ".join(constraints_of(field))),
+                    _cell(field.get("description", "")),
+                ]
+            )
+            + " |"
+        )
+    return rows
+
+
+def _extra_fields(definition: Schema) -> str:
+    extra = definition.get("additionalProperties")
+    if extra is False:
+        return "Unknown fields are errors."
+    if extra is True:
+        return "Unknown fields are kept and ignored."
+    return ""
+
+
+def _description(definition: Schema) -> list[str]:
+    text = definition.get("description", "")
+    return [" ".join(paragraph.split()) for paragraph in text.split("\n\n") if paragraph.strip()]
+
+
+def object_section(heading: str, definition: Schema, discriminator: str | None = None) -> list[str]:
+    """A `### heading` section: description, unknown-field rule, field table."""
+    lines = [f"### {heading}", ""]
+    for paragraph in _description(definition):
+        lines += [paragraph, ""]
+    if "oneOf" in definition and "properties" not in definition:
+        lines += [f"One of {type_of(definition)}.", ""]
+        return lines
+    note = _extra_fields(definition)
+    if note:
+        lines += [note, ""]
+    return [*lines, *field_table(definition, discriminator), ""]
+
+
+def enum_section(name: str, definition: Schema) -> list[str]:
+    lines = [f"### {name}", ""]
+    for paragraph in _description(definition):
+        lines += [paragraph, ""]
+    values = ", ".join(_code(value) for value in definition.get("enum", []))
+    return [*lines, f"Values: {values}.", ""]
+
+
+def _definitions(schemas: list[Schema], skip: set[str]) -> Iterator[tuple[str, Schema]]:
+    """Every named definition of `schemas`, once, by name, leaving out `skip`."""
+    seen: dict[str, Schema] = {}
+    for schema in schemas:
+        for name, definition in schema.get("$defs", {}).items():
+            if name not in skip:
+                seen.setdefault(name, definition)
+    yield from sorted(seen.items())
+
+
+def _union_tags(node: Any, found: dict[str, str]) -> dict[str, str]:
+    """Definition name -> the property that selects it, for every tagged union in `node`."""
+    if isinstance(node, Mapping):
+        tag = node.get("discriminator", {}).get("propertyName") if "oneOf" in node else None
+        for ref in node.get("discriminator", {}).get("mapping", {}).values() if tag else ():
+            found[_ref_name(ref)] = tag
+        for value in node.values():
+            _union_tags(value, found)
+    elif isinstance(node, list):
+        for value in node:
+            _union_tags(value, found)
+    return found
+
+
+def _types_sections(schemas: list[Schema], skip: set[str]) -> list[str]:
+    tags = _union_tags(schemas, {})
+    definitions = list(_definitions(schemas, skip))
+    objects = [(n, d) for n, d in definitions if "enum" not in d]
+    enums = [(n, d) for n, d in definitions if "enum" in d]
+    lines: list[str] = []
+    if objects:
+        lines += ["## Types used in fields", ""]
+        for name, definition in objects:
+            lines += object_section(name, definition, tags.get(name))
+    if enums:
+        lines += ["## Enumerations", ""]
+        for name, definition in enums:
+            lines += enum_section(name, definition)
+    return lines
+
+
+def _discriminator_of(definition: Schema) -> str | None:
+    return definition.get("discriminator", {}).get("propertyName")
+
+
+# --- the documents -------------------------------------------------------------------------
+
+
+def _generated_notice(sources: tuple[str, ...]) -> list[str]:
+    files = ", ".join(f"`schemas/{name}`" for name in sources)
+    return [
+        f"<!-- Generated from {files}",
+        f"     by `{_REGENERATE}`. Edit the models in kvclaims/spec",
+        "     (or the introduction in kvclaims/spec/schema_docs.py), never this file. -->",
+        "",
+    ]
+
+
+def _events_part(events: Schema) -> list[str]:
+    """Header-less event schema: an index of event types, then one section per type."""
+    discriminator = _discriminator_of(events)
+    names = [_ref_name(option["$ref"]) for option in events.get("oneOf", [])]
+    definitions = events.get("$defs", {})
+    lines = [
+        "## Events",
+        "",
+        f"Every line after the header is exactly one of these, chosen by its `{discriminator}` field.",
+        "",
+        f"| `{discriminator}` | required fields | what it says |",
+        "|---|---|---|",
+    ]
+    for name in names:
+        definition = definitions[name]
+        tag = definition["properties"][discriminator]["const"]
+        required = ", ".join(f"`{f}`" for f in definition.get("required", []))
+        summary = (_description(definition) or [""])[0]
+        lines.append(f"| [`{tag}`](#{tag}) | {required} | {_cell(summary)} |")
+    lines.append("")
+    for name in names:
+        definition = definitions[name]
+        lines += object_section(definition["properties"][discriminator]["const"], definition, discriminator)
+    return lines
+
+
+def render_trace_format(header: Schema, events: Schema) -> str:
+    example = "\n".join(json.dumps(line) for line in TRACE_EXAMPLE)
+    intro = _INTROS["trace-format.md"].replace("{trace_example}", example)
+    lines = [*_generated_notice(DOC_SOURCES["trace-format.md"]), intro]
+    lines += ["## Header (line 1)", ""]
+    lines += object_section("TraceHeader", header)[2:]
+    lines += _events_part(events)
+    event_names = {_ref_name(option["$ref"]) for option in events.get("oneOf", [])}
+    lines += _types_sections([header, events], skip=event_names)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def render_descriptor_format(descriptor: Schema) -> str:
+    lines = [*_generated_notice(DOC_SOURCES["descriptor-format.md"]), _INTROS["descriptor-format.md"]]
+    lines += ["## The document", ""]
+    lines += object_section("Descriptor", descriptor)[2:]
+    lines += _types_sections([descriptor], skip=set())
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def render_docs(schemas: Mapping[str, Schema]) -> dict[str, str]:
+    """Every generated document, by file name, from schemas keyed by their file name."""
+    return {
+        "trace-format.md": render_trace_format(
+            schemas["trace-v1-header.schema.json"], schemas["trace-v1-event.schema.json"]
+        ),
+        "descriptor-format.md": render_descriptor_format(schemas["descriptor-v1.schema.json"]),
+    }
+
+
+def write_docs(schema_dir: Path, docs_dir: Path) -> list[Path]:
+    """Render the documents from the schema files in `schema_dir` into `docs_dir`."""
+    docs_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in render_docs(load_schemas(schema_dir)).items():
+        target = docs_dir / name
+        target.write_text(text, encoding="utf-8")
+        written.append(target)
+    return written
+
+
+def drifted_docs(schema_dir: Path, docs_dir: Path) -> list[str]:
+    """Names of documents under `docs_dir` that differ from what `schema_dir` renders (or are
+    absent)."""
+    drifted = []
+    for name, text in render_docs(load_schemas(schema_dir)).items():
+        target = docs_dir / name
+        if not target.is_file() or target.read_text(encoding="utf-8") != text:
+            drifted.append(name)
+    return drifted
