@@ -187,6 +187,7 @@ class _Claim:
         "present",
         "profile",
         "rank",
+        "reported_leading",
         "required",
         "settled_line",
         "table",
@@ -208,6 +209,7 @@ class _Claim:
         self.checkpoint: Any = None
         self.present: bytearray | None = None
         self.leading = 0
+        self.reported_leading = 0
         self.unconfirmed: tuple[int, int] | None = None
         self.pending: dict[str, int] = _NONE
         self.accepted_line = 0
@@ -668,6 +670,7 @@ class Checker:
                     f"boundary {required}",
                 )
             claim.checkpoint = ev.checkpoint
+        claim.reported_leading = ev.leading_blocks
         if claim.present is not None and claim.leading < ev.leading_blocks:
             claim.unconfirmed = (ev.leading_blocks, self._line)
         if TraceWitness.claim_materialized not in self._complete:
@@ -1263,10 +1266,21 @@ class Checker:
                     f"{ev.block_id} was stored for {holders}",
                 )
             owned = [(claim, ev.position)]
+            if claim.present is None and claim.phase is Phase.materialized:
+                self._assume_reported_prefix(claim)
         if not owned:
             self._witness(TraceWitness.ordinary_eviction_without_claim, (self._line,))
         for owner, position in owned:
             self._lose(owner, position)
+
+    @staticmethod
+    def _assume_reported_prefix(claim: _Claim) -> None:
+        """A claim that materialized without block-level accounting: a removal naming one of
+        its positions is judged against the leading blocks its materialization reported, so an
+        unreported loss is still a broken predicate (ignoring it would pass a silent harm)."""
+        reported = claim.reported_leading
+        claim.present = bytearray(b"\x01" * reported + b"\x00" * (claim.footprint - reported))
+        claim.leading = reported
 
     def _lose(self, claim: _Claim, position: int) -> None:
         """`position` of `claim`'s prefix is gone; a drop below the predicate is the lifecycle's

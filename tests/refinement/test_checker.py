@@ -207,3 +207,31 @@ def test_post_release_loss_may_name_the_settled_claim(settle: str) -> None:
     trace.remove_block("claim:a", 1)
     verdict = check_bytes(trace.ndjson())
     assert verdict.outcome is Outcome.accepted, verdict
+
+
+@pytest.mark.parametrize(
+    ("mode", "outcome"), [("hard_protected", Outcome.rejected), ("best_effort", Outcome.accepted)]
+)
+def test_a_named_loss_of_a_claim_materialized_without_block_events_breaks_its_predicate(
+    mode: str, outcome: Outcome
+) -> None:
+    """A trace that reports materialization without block-level accounting and then removes a
+    named block of the claim lost the prefix: a hard claim owes harm (silent harm otherwise),
+    a best-effort one owes nothing."""
+    trace = TraceBuilder(usable_blocks=80)
+    trace.accept("claim:a", mode=mode, blocks=4)
+    trace.materialize("claim:a", 4)
+    trace.remove_block("claim:a", 0)
+    verdict = check_bytes(trace.ndjson())
+    assert verdict.outcome is outcome, verdict
+    if outcome is Outcome.rejected:
+        assert verdict.rule is ConformanceRule.no_silent_harm, verdict
+
+
+def test_a_named_loss_outside_the_reported_prefix_keeps_the_predicate() -> None:
+    trace = TraceBuilder(usable_blocks=80)
+    trace.accept("claim:a", mode="hard_protected", blocks=2, footprint=4)
+    trace.materialize("claim:a", 2)
+    trace.remove_block("claim:a", 3)
+    verdict = check_bytes(trace.ndjson())
+    assert verdict.outcome is Outcome.accepted, verdict
