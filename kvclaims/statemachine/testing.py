@@ -67,6 +67,9 @@ settings.register_profile(
 OBJECTS: dict[str, int] = {"doc-a": 4, "doc-b": 8, "doc-c": 12, "doc-d": 20}
 """Reusable prefix objects the machine's claims and requests name (length in blocks)."""
 
+MIN_USABLE_BLOCKS = max(OBJECTS.values())
+"""The smallest pool a machine may fuzz: every object's whole prefix fits once."""
+
 CLAIM_MODES = tuple(ProtectionMode)
 
 
@@ -95,8 +98,9 @@ class Coverage:
 
 
 class MicroRuntimeMachine(RuleBasedStateMachine):
-    """Fuzz a MicroRuntime. Override `runtime_class`, `policy` or `usable_blocks` to fuzz a
-    variant; `coverage` (per class) records what the examples reached."""
+    """Fuzz a MicroRuntime. Override `runtime_class`, `policy` or `usable_blocks` (at least
+    `MIN_USABLE_BLOCKS`; active requests never ask for more than the pool) to fuzz a variant;
+    `coverage` (per class) records what the examples reached."""
 
     runtime_class: ClassVar[Callable[..., MicroRuntime]] = MicroRuntime
     policy: ClassVar[Policy] = POLICIES["full_arbiter"]
@@ -104,6 +108,11 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
     coverage: ClassVar[Coverage] = Coverage()
 
     def __init__(self) -> None:
+        if self.usable_blocks < MIN_USABLE_BLOCKS:
+            raise ValueError(
+                f"{type(self).__name__}.usable_blocks is {self.usable_blocks}; the machine's largest "
+                f"prefix object needs {MIN_USABLE_BLOCKS} (MIN_USABLE_BLOCKS)"
+            )
         super().__init__()
         self.buffer = TraceBuffer()
         self.runtime = type(self).runtime_class(
@@ -261,6 +270,7 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
     @rule(blocks=st.integers(1, 48), chunks=st.integers(1, 4), hold=st.booleans())
     def active_request(self, blocks: int, chunks: int, hold: bool) -> None:
         """Active pressure on the pool: evictions, or a conflict the arbiter must resolve."""
+        blocks = min(blocks, self.usable_blocks)  # larger than the pool is invalid input, not pressure
         sizes = None
         if chunks > 1 and blocks >= chunks:
             base = blocks // chunks

@@ -81,3 +81,30 @@ def test_machine_traces_are_accepted_by_refinement(tmp_path: Path) -> None:
     RefinementCheckedMachine.verdicts = []
     run_machine(RefinementCheckedMachine, settings(CI, max_examples=60))
     assert RefinementCheckedMachine.verdicts.count("accepted") >= 50
+
+
+def test_a_small_pool_machine_runs_and_a_too_small_one_is_refused_clearly() -> None:
+    """The documented override: a pool just large enough for every prefix object fuzzes with
+    every invariant holding (active requests are capped at the pool); a smaller one is a clear
+    error, not an InputError from deep inside a rule."""
+    from hypothesis import HealthCheck
+    from hypothesis import settings as hypothesis_settings
+
+    from kvclaims.statemachine.testing import MIN_USABLE_BLOCKS
+
+    small = fresh_machine(MicroRuntimeMachine, usable_blocks=MIN_USABLE_BLOCKS)
+    run_machine(
+        small,
+        hypothesis_settings(
+            max_examples=30,
+            stateful_step_count=30,
+            derandomize=True,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            database=None,
+        ),
+    )
+    assert small.coverage.examples > 0
+    too_small = fresh_machine(MicroRuntimeMachine, usable_blocks=MIN_USABLE_BLOCKS - 1)
+    with pytest.raises(ValueError, match="MIN_USABLE_BLOCKS"):
+        too_small()
