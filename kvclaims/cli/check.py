@@ -25,10 +25,13 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvclaims.cli._common import print_json, print_table, stderr_console, stdout_console
 from kvclaims.spec.errors import InputError
+
+if TYPE_CHECKING:
+    from kvclaims.refinement.verdict import TraceVerdict
 
 TRACE_SUFFIXES = (".jsonl", ".ndjson", ".msgpack", ".kvevents")
 PROGRESS_MIN_BYTES = 8 * 1024 * 1024
@@ -130,13 +133,13 @@ def check_files(
     registry: Path | None = None,
     jobs: int = 1,
     on_done: Callable[[], None] | None = None,
-) -> list[Any]:
+) -> list[TraceVerdict]:
     """The verdict of each file, in the order of `files`, checked by `min(jobs, len(files))`
     worker processes (in this process when that is 1). `on_done` is called once per finished
     trace, in completion order. A bad registry raises `InputError` as a sequential run would."""
     workers = min(jobs, len(files))
     if workers <= 1:
-        verdicts = []
+        verdicts: list[TraceVerdict] = []
         for path in files:
             # a byte bar per large file only when no bar over the traces is live (rich shows one)
             with _progress(path, alone=on_done is None) as progress:
@@ -144,7 +147,7 @@ def check_files(
             if on_done is not None:
                 on_done()
         return verdicts
-    found: list[Any] = [None] * len(files)
+    found: list[Any] = [None] * len(files)  # every slot is filled before it is returned
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = {pool.submit(_check_in_worker, path, format, registry): i for i, path in enumerate(files)}
         try:
@@ -161,13 +164,13 @@ def check_files(
     return found
 
 
-def _check_one(path: Path, format: str, registry: Path | None, progress: Any = None) -> Any:
+def _check_one(path: Path, format: str, registry: Path | None, progress: Any = None) -> TraceVerdict:
     from kvclaims.refinement.api import check_trace
 
     return check_trace(path, format=format, registry=registry, progress=progress)
 
 
-def _check_in_worker(path: Path, format: str, registry: Path | None) -> Any:
+def _check_in_worker(path: Path, format: str, registry: Path | None) -> TraceVerdict | list[Any]:
     """A trace's verdict, or the problems of the `InputError` it raised: an InputError does not
     survive pickling (its constructor takes problems, its args hold text), its problems do."""
     try:
