@@ -156,10 +156,11 @@ class _Run:
         return self._verdict(Outcome.accepted, source, checker, witnesses=checker.witnesses(), notes=notes)
 
     def _verdict(self, outcome: Outcome, source: Any, checker: Checker | None, **fields: Any) -> TraceVerdict:
-        events = getattr(source, "records", 0)
+        events = getattr(source, "records", 0)  # counted per decoded run: behind a mid-run stop
         if checker is not None:
+            events = max(events, checker.events_reached)
             fields |= {
-                "steps": checker.steps,
+                "steps": checker.steps_reached,
                 "claims": checker.claims_seen,
                 "requests": checker.requests_seen,
             }

@@ -283,6 +283,7 @@ class Checker:
         self._failure_witness: dict[str, tuple[int, ...]] = {}
         self._line = 0
         self._index = 0
+        self._run_end = 0  # index after the last event fed (a run's steps are counted up front)
         self._current: msgspec.Struct | None = None
         self.first_unknown: Finding | None = None
         s = EVENT_STRUCTS
@@ -317,10 +318,25 @@ class Checker:
 
     # --- driving ------------------------------------------------------------------------
 
+    @property
+    def events_reached(self) -> int:
+        """Events up to and including the last one a rule looked at (0 after `finish`): where a
+        rejection or an undecidable step stopped the check."""
+        return self._index + 1
+
+    @property
+    def steps_reached(self) -> int:
+        """`steps` up to where the check stopped: a run's events after the offending one were
+        counted when the run started but never checked."""
+        if self._index < 0:
+            return self.steps
+        return self.steps - max(0, self._run_end - self.events_reached)
+
     def feed(self, event: msgspec.Struct, line: int, index: int) -> None:
         """Check one step; `line` / `index` locate it in the source for counterexamples."""
         self._line = line
         self._index = index
+        self._run_end = index + 1
         self._current = event
         self.steps += 1
         self._handlers[type(event)](event)
@@ -343,6 +359,7 @@ class Checker:
         handlers = self._handlers
         seen_eviction = self._seen_eviction
         self.steps += len(events)
+        self._run_end = index + len(events)
         if len(owners) >= self.budget.max_tracked_blocks:  # checked per run: overshoot <= one run
             self._exhausted(f"more than {self.budget.max_tracked_blocks} tracked blocks")
         if len(requests) >= self.budget.max_live_requests:

@@ -36,7 +36,8 @@ def verdict_lines(verdict: TraceVerdict, *, source: str | Path | bytes | None = 
     ]
     c = verdict.counterexample
     if c is not None:
-        lines.append(f"  rule: {c.rule}   subject: {c.subject}   event #{c.event_index}")
+        where = f"event #{c.event_index}" if c.event_index >= 0 else "at the end of the trace"
+        lines.append(f"  rule: {c.rule}   subject: {c.subject}   {where}")
         lines.append(f"  state before: {c.state_before}")
         lines.append(
             f"  the model allowed instead: {', '.join(c.allowed) or '(nothing: a data check failed)'}"

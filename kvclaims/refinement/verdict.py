@@ -85,6 +85,8 @@ class Counterexample:
 
     `line` is the 1-based line of the offending event (for traces that are not line-based,
     the 1-based record number); `event_index` its 0-based position among the trace's events.
+    A violation found only when the trace ended (an outcome owed and never reported) has
+    `line` 0, `event_index` -1 and `event` `<end of trace>`.
     `state_before` describes the abstract state of the claim (or request) the event is about,
     `allowed` what the model would have accepted there instead. `minimal_prefix` is a
     sub-sequence of the trace, ending with the offending event, that the checker rejects by
@@ -124,7 +126,9 @@ class Witness:
 @dataclass(frozen=True)
 class TraceVerdict:
     """The answer for one trace. `counterexample` is set exactly when the outcome is
-    `rejected`; `finding` when it is `invalid` or `inconclusive`. `witnesses` are only
+    `rejected`; `finding` when it is `invalid` or `inconclusive`. `events` counts the events
+    read up to the verdict (for a rejection, up to the offending event; for invalid input, a
+    lower bound); `steps` the model steps among them. `witnesses` are only
     meaningful for an accepted trace (evidence export reads them)."""
 
     path: str
@@ -149,7 +153,8 @@ class TraceVerdict:
         """One line saying why the outcome is what it is."""
         if self.counterexample is not None:
             c = self.counterexample
-            return f"line {c.line}: [{c.rule}] {c.message}"
+            where = f"line {c.line}" if c.event_index >= 0 else "end of trace"
+            return f"{where}: [{c.rule}] {c.message}"
         if self.finding is not None:
             where = f"line {self.finding.line}: " if self.finding.line is not None else ""
             return f"{where}[{self.finding.error_class}] {self.finding.message}"

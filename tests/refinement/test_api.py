@@ -6,6 +6,7 @@ from pathlib import Path
 
 import kvclaims
 from kvclaims.refinement import Outcome, check_bytes, check_trace
+from kvclaims.refinement.rendering import render_verdict
 from kvclaims.refinement.testing import TraceBuilder
 from kvclaims.spec.vocabulary import ConformanceRule
 
@@ -55,3 +56,32 @@ def test_an_unknown_event_type_makes_an_otherwise_clean_trace_inconclusive() -> 
 def test_a_rejection_after_an_unknown_event_still_rejects() -> None:
     trace = hard_claim(TraceBuilder(usable_blocks=80)).add("something_new").accept("claim:a")
     assert check_bytes(trace.ndjson()).outcome is Outcome.rejected
+
+
+def test_a_rejection_counts_the_events_up_to_the_offending_one() -> None:
+    """The events and steps of a rejected verdict stop at the offending event, even when it
+    sits in the middle of a decoded run (the rest of the run was never checked)."""
+    trace = TraceBuilder(usable_blocks=80)
+    trace.accept("claim:a", mode="hard_protected", blocks=2)
+    trace.store_prefix("claim:a", 2)
+    trace.materialize("claim:a", 2)
+    trace.claim_event("demoted", "claim:a")
+    trace.claim_event("harmed", "claim:a", leading_blocks=2, required_blocks=2)  # after demotion: #5
+    for number in range(20):
+        trace.admit(f"request:{number}")
+    verdict = check_bytes(trace.ndjson())
+    assert verdict.outcome is Outcome.rejected, verdict
+    assert verdict.counterexample.event_index == 5
+    assert (verdict.events, verdict.steps) == (6, 6)
+
+
+def test_an_end_of_trace_rejection_says_so_instead_of_line_zero() -> None:
+    trace = TraceBuilder(usable_blocks=80)
+    trace.accept("claim:a", mode="hard_protected", blocks=2)
+    trace.materialize("claim:a", 2)
+    trace.remove_block("claim:a", 0)
+    verdict = check_bytes(trace.ndjson())
+    assert verdict.counterexample.event_index == -1
+    assert verdict.reason.startswith("end of trace: [no_silent_harm]")
+    assert "at the end of the trace" in render_verdict(verdict)
+    assert verdict.events == 3
