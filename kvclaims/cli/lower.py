@@ -29,7 +29,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--depth", action="append", choices=[d.value for d in AdapterDepth], help="repeatable"
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per row")
-    parser.add_argument("--explain", action="store_true", help="add per-obligation findings (under each row, or as a findings list with --json)")
+    parser.add_argument(
+        "--explain",
+        action="store_true",
+        help="add per-obligation findings (under each row, or as a findings list with --json)",
+    )
     parser.set_defaults(run=run)
 
 
