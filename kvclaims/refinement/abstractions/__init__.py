@@ -61,12 +61,26 @@ def leading_prefix_blocks(text: str, line: int, field: str) -> int:
 
 
 class RecordAbstraction:
-    """What the seed-lane abstractions share: a record is dispatched by its event name to the
-    method `_<event>` (so `VOCABULARY` and the methods must agree; the tests check that), and
-    no step is owed at the end unless a subclass says so."""
+    """What the seed-lane abstractions share: detection by vocabulary and marker fields, a
+    record dispatched by its event name to the method `_<event>` (so `VOCABULARY` and the
+    methods must agree; the tests check that), and no step owed at the end unless a subclass
+    says so."""
 
     FORMAT: str
     VOCABULARY: frozenset[str]
+    MARKED_BY: frozenset[str] = frozenset()
+    """Fields every record of the lane carries."""
+    NEVER_HAS: frozenset[str] = frozenset()
+    """Fields that tell another lane's records apart from this one's."""
+
+    @classmethod
+    def detect(cls, record: Any) -> bool:
+        return (
+            isinstance(record, dict)
+            and record.get("event") in cls.VOCABULARY
+            and cls.MARKED_BY <= record.keys()
+            and not cls.NEVER_HAS & record.keys()
+        )
 
     def abstract(self, record: dict[str, Any], line: int) -> list[dict[str, Any]]:
         return getattr(self, "_" + record["event"])(record, line)

@@ -73,15 +73,8 @@ class BlockPoolAbstraction(RecordAbstraction):
 
     FORMAT = FORMAT
     VOCABULARY = VOCABULARY
-
-    @staticmethod
-    def detect(record: Any) -> bool:
-        return (
-            isinstance(record, dict)
-            and record.get("event") in VOCABULARY
-            and "schema_version" in record
-            and "event_sequence" not in record
-        )
+    MARKED_BY = frozenset({"schema_version"})
+    NEVER_HAS = frozenset({"event_sequence"})
 
     def __init__(self, first: dict[str, Any]) -> None:
         self.header = HeaderInfo(usable_blocks_of(first), None, first.get("run_id"))

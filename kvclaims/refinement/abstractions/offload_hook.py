@@ -73,15 +73,7 @@ class OffloadHookAbstraction(RecordAbstraction):
 
     FORMAT = FORMAT
     VOCABULARY = VOCABULARY
-
-    @staticmethod
-    def detect(record: Any) -> bool:
-        return (
-            isinstance(record, dict)
-            and record.get("event") in VOCABULARY
-            and "schema_version" in record
-            and "event_sequence" in record
-        )
+    MARKED_BY = frozenset({"schema_version", "event_sequence"})
 
     def __init__(self, first: dict[str, Any]) -> None:
         self.header = HeaderInfo(usable_blocks_of(first), None, first.get("run_id"))

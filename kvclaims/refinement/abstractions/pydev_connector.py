@@ -95,15 +95,8 @@ class PydevConnectorAbstraction(RecordAbstraction):
 
     FORMAT = FORMAT
     VOCABULARY = VOCABULARY
-
-    @staticmethod
-    def detect(record: Any) -> bool:
-        return (
-            isinstance(record, dict)
-            and record.get("event") in VOCABULARY
-            and "event_sequence" in record
-            and "schema_version" not in record
-        )
+    MARKED_BY = frozenset({"event_sequence"})
+    NEVER_HAS = frozenset({"schema_version"})
 
     def __init__(self, first: dict[str, Any]) -> None:
         self.header = HeaderInfo(None, None, first.get("hook_scope"))
