@@ -15,10 +15,8 @@ from pathlib import Path
 
 from kvclaims.report.figure import pyplot, save
 from kvclaims.spec.vocabulary import ProtectionMode
-from kvclaims.statemachine.inputs import ClaimSpec, RequestKind, RequestSpec
 from kvclaims.statemachine.policies import POLICIES
-from kvclaims.statemachine.runtime import MicroRuntime
-from kvclaims.statemachine.tracing import TraceBuffer
+from kvclaims.statemachine.scenarios import run_resident_active
 
 RESIDENT_BLOCKS = 60
 ACTIVE_BLOCKS = 70
@@ -79,27 +77,20 @@ def outcome_kind(point: SweepPoint) -> str:
 
 
 def run_point(policy: str, usable_blocks: int) -> SweepPoint:
-    """Run the 60 + 70 case once on a fresh MicroRuntime and read what happened."""
-    buffer = TraceBuffer()
-    runtime = MicroRuntime(
-        usable_blocks, policy=POLICIES[policy], sink=buffer.append, source=f"capacity-sweep/{policy}"
+    """Run the 60 + 70 case once on a fresh MicroRuntime (the scenarios' own case) and read
+    what happened."""
+    run, numbers = run_resident_active(
+        f"capacity-sweep/{policy}-{usable_blocks}", usable_blocks, POLICIES[policy], SWEEP_POLICIES[policy]
     )
-    runtime.submit_claim(
-        ClaimSpec("claim:resident", "resident", SWEEP_POLICIES[policy], RESIDENT_BLOCKS, RESIDENT_BLOCKS)
-    )
-    runtime.run_request(RequestSpec("prefill", "resident", RESIDENT_BLOCKS, kind=RequestKind.resident))
-    outcome = runtime.run_request(RequestSpec("active", "active", ACTIVE_BLOCKS))
-    runtime.close()
-    refusals = [e for e in buffer.events if e["event"] == "active_request_refused"]
-    cached, _ = runtime.residency("resident", RESIDENT_BLOCKS)
+    proof = numbers["capacity_proof"]
     return SweepPoint(
         policy=policy,
         usable_blocks=usable_blocks,
-        claim_phase=str(runtime.claims["claim:resident"].phase),
-        resident_blocks_cached=cached,
-        active_outcome=outcome.value,
-        shortfall_blocks=refusals[0]["capacity_shortfall_blocks"] if refusals else None,
-        events=len(buffer.events),
+        claim_phase=numbers["claim_phase"],
+        resident_blocks_cached=numbers["resident_blocks_remaining"],
+        active_outcome=numbers["active_outcome"],
+        shortfall_blocks=proof["capacity_shortfall_blocks"] if proof else None,
+        events=len(run.events),
     )
 
 

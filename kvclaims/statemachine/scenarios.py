@@ -184,6 +184,17 @@ def _resident_numbers(session: _Session, outcome: RequestOutcome) -> dict[str, A
     }
 
 
+def run_resident_active(
+    label: str, usable: int, policy: Policy, mode: ProtectionMode = M.hard_protected
+) -> tuple[ScenarioRun, dict[str, Any]]:
+    """The seed 001 2.3 case run once on a fresh runtime: its trace and what it measured (the
+    scenarios' resident numbers plus the claim's final `claim_phase`)."""
+    session, outcome = _resident_active(label, usable, policy, mode)
+    phase = session.rt.claims["claim:resident"].phase
+    numbers = _resident_numbers(session, outcome) | {"claim_phase": str(phase)}
+    return session.done(), numbers
+
+
 def native_60_70_80(usable: int | None) -> ScenarioResult:
     session, outcome = _resident_active("native-60-70-80", _pool(usable, 80), POLICIES["native_lru"])
     result = ScenarioResult(
