@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/microruntime_throughput.py [--operations 100000] [--repeat 3]
 
-The workload (`kvclaims.statemachine.workload`, seeded) is generated once, outside the timed
+The workload (`kvclaims.microruntime.workload`, seeded) is generated once, outside the timed
 region: --operations operations over a 2048-block pool and 400 prefix objects of 2-48 blocks
 with Zipf-like popularity (hits on hot prefixes, LRU eviction of cold ones); a claim of a
 random mode every 25 operations (hard_protected, soft_priority, best_effort, demotable,
@@ -29,10 +29,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from kvclaims.statemachine.policies import POLICIES
-from kvclaims.statemachine.runtime import MicroRuntime
-from kvclaims.statemachine.tracing import EventCounter, NdjsonTraceWriter, TraceBuffer
-from kvclaims.statemachine.workload import WorkloadShape, apply, generate
+from kvclaims.microruntime.policies import POLICIES
+from kvclaims.microruntime.runtime import MicroRuntime
+from kvclaims.microruntime.tracing import EventCounter, NdjsonTraceWriter, TraceBuffer
+from kvclaims.microruntime.workload import WorkloadShape, apply, generate
 
 TARGET_EVENTS_PER_SECOND = 200_000
 

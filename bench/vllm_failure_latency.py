@@ -35,9 +35,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=50)
     args = parser.parse_args()
 
-    from kvclaims.vllm_binding.engine_lane import EngineLane
-    from kvclaims.vllm_binding.engine_scenarios import run_engine_scenario
-    from kvclaims.vllm_binding.scenarios import read_events
+    from kvclaims.lab.engine_lane import EngineLane
+    from kvclaims.lab.engine_scenarios import run_engine_scenario
+    from kvclaims.lab.scheduler_scenarios import read_events
 
     lane = EngineLane()
     total: list[int] = []

@@ -62,8 +62,8 @@ def run_once(variant: str, arrivals: list[list[dict[str, Any]]], async_schedulin
     """Mean nanoseconds of schedule() + update_from_output() per step for one variant."""
     from vllm.v1.outputs import ModelRunnerOutput
 
+    from kvclaims.lab.scheduler_lane import LaneSpec, SchedulerLane, prompt_tokens
     from kvclaims.vllm_binding.config import BindingConfig
-    from kvclaims.vllm_binding.scheduler_lane import LaneSpec, SchedulerLane, prompt_tokens
 
     binding = None
     trace_dir = tempfile.mkdtemp(prefix="kvclaims-bench-")

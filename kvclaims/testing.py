@@ -24,12 +24,8 @@ from collections.abc import Mapping
 
 from hypothesis import strategies as st
 
-from kvclaims.refinement.assertions import assert_refines
-from kvclaims.refinement.rendering import render_verdict
-from kvclaims.refinement.testing import TraceBuilder, generate_valid_trace
-from kvclaims.spec.vocabulary import ProtectionMode
-from kvclaims.statemachine.inputs import ClaimSpec, RequestKind, RequestSpec
-from kvclaims.statemachine.testing import (
+from kvclaims.microruntime.inputs import ClaimSpec, RequestKind, RequestSpec
+from kvclaims.microruntime.testing import (
     OBJECTS,
     Coverage,
     FuzzReport,
@@ -39,6 +35,10 @@ from kvclaims.statemachine.testing import (
     fuzz,
     run_machine,
 )
+from kvclaims.refinement.assertions import assert_refines
+from kvclaims.refinement.rendering import render_verdict
+from kvclaims.refinement.testing import TraceBuilder, generate_valid_trace
+from kvclaims.spec.vocabulary import ProtectionMode
 
 __all__ = [
     "OBJECTS",
@@ -137,7 +137,7 @@ def valid_traces(*, min_events: int = 20, max_events: int = 400) -> st.SearchStr
 def __getattr__(name: str) -> object:
     """`SchedulerFuzz`, the vLLM scheduler machine, imported on first use (it needs vLLM to run)."""
     if name == "SchedulerFuzz":
-        from kvclaims.vllm_binding.fuzzing import SchedulerFuzz
+        from kvclaims.lab.fuzzing import SchedulerFuzz
 
         return SchedulerFuzz
     raise AttributeError(f"module 'kvclaims.testing' has no attribute {name!r}")

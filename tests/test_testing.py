@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kvclaims.microruntime.runtime import MicroRuntime
+from kvclaims.microruntime.tracing import TraceBuffer
 from kvclaims.refinement import Outcome, check_bytes
 from kvclaims.spec.vocabulary import ProtectionMode
-from kvclaims.statemachine.runtime import MicroRuntime
-from kvclaims.statemachine.tracing import TraceBuffer
 from kvclaims.testing import (
     OBJECTS,
     ClaimSpec,

@@ -3,7 +3,7 @@
 `kvclaims scenario --list` prints every scenario name, one per line; names starting with
 `control-` are negative controls (a deliberately broken runtime whose trace must be rejected).
 `kvclaims scenario --file SPEC.yaml` runs a scenario you wrote (see
-`kvclaims.statemachine.scenario_file` for the format).
+`kvclaims.lab.scenario_file` for the format).
 
 Prints the numbers measured from the run (a table; `--json` for one JSON object) and each
 trace's verdict from the lifecycle replay. `-o OUT` writes the trace: a file for a one-run
@@ -42,8 +42,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kvclaims.lab.micro_scenarios import SCENARIOS, run_scenario
     from kvclaims.spec.errors import InputError, Problem
-    from kvclaims.statemachine.scenarios import SCENARIOS, run_scenario
 
     if args.list:
         sys.stdout.write("".join(f"{name}\n" for name in SCENARIOS))
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     if (args.name is None) == (args.file is None):
         raise InputError([Problem("kvclaims scenario", "give a scenario NAME or --file SPEC (not both)")])
     if args.file is not None:
-        from kvclaims.statemachine.scenario_file import run_scenario_file
+        from kvclaims.lab.scenario_file import run_scenario_file
 
         result = run_scenario_file(args.file)
     else:
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write(result: Any, out: Path) -> list[Path]:
-    from kvclaims.statemachine.tracing import write_trace
+    from kvclaims.microruntime.tracing import write_trace
 
     if len(result.runs) == 1:
         run = result.runs[0]
@@ -168,7 +168,7 @@ def demo_stage(out: Path) -> str:
     Raises if a trace check disagrees with the scenario's kind (a positive trace rejected, or a
     control accepted), so the demo fails loudly instead of printing numbers it cannot vouch for.
     """
-    from kvclaims.statemachine.scenarios import run_scenario
+    from kvclaims.lab.micro_scenarios import run_scenario
 
     target = out / "scenarios"
     results = {}

@@ -110,9 +110,9 @@ def _refuse_without_vllm() -> int | None:
 
 
 def _run_scenario(args: argparse.Namespace) -> int:
+    from kvclaims.lab.engine_scenarios import engine_scenario_names
+    from kvclaims.lab.scheduler_scenarios import SCENARIOS, scenario_names
     from kvclaims.spec.errors import InputError, Problem
-    from kvclaims.vllm_binding.engine_scenarios import engine_scenario_names
-    from kvclaims.vllm_binding.scenarios import SCENARIOS, scenario_names
 
     if args.list:
         names = engine_scenario_names() if args.lane == "engine" else scenario_names(args.lane)
@@ -127,8 +127,8 @@ def _run_scenario(args: argparse.Namespace) -> int:
     refused = _refuse_without_vllm()
     if refused is not None:
         return refused
+    from kvclaims.lab.scheduler_scenarios import run_scenario
     from kvclaims.refinement import check_trace
-    from kvclaims.vllm_binding.scenarios import run_scenario
 
     trace = args.out or DEFAULT_OUT / f"{args.name}.ndjson"
     result = run_scenario(args.name, trace)
@@ -174,8 +174,8 @@ def _vllm_logs_to_stderr() -> None:
 
 
 def _run_engine_scenario(args: argparse.Namespace) -> int:
+    from kvclaims.lab.engine_scenarios import ENGINE_SCENARIOS
     from kvclaims.spec.errors import InputError, Problem
-    from kvclaims.vllm_binding.engine_scenarios import ENGINE_SCENARIOS
 
     scenario = ENGINE_SCENARIOS.get(args.name)
     if scenario is None:
@@ -185,10 +185,10 @@ def _run_engine_scenario(args: argparse.Namespace) -> int:
     refused = _refuse_without_vllm()
     if refused is not None:
         return refused
+    from kvclaims.lab.engine_lane import EngineLane
+    from kvclaims.lab.engine_scenarios import judge, run_engine_scenario
     from kvclaims.refinement import check_trace
     from kvclaims.refinement.evidence import evidence_items
-    from kvclaims.vllm_binding.engine_lane import EngineLane
-    from kvclaims.vllm_binding.engine_scenarios import judge, run_engine_scenario
 
     trace = args.out or DEFAULT_OUT / "engine" / f"{args.name}.ndjson"
     _vllm_logs_to_stderr()
@@ -243,8 +243,8 @@ def _run_engine_scenario(args: argparse.Namespace) -> int:
 
 def _run_tiny_model(args: argparse.Namespace) -> int:
     from kvclaims.cli._common import print_problems
+    from kvclaims.lab.tiny_model import build_tiny_model
     from kvclaims.spec.errors import Problem
-    from kvclaims.vllm_binding.tiny_model import build_tiny_model
 
     try:
         path = build_tiny_model(args.directory)
@@ -266,7 +266,7 @@ def _run_repeat(args: argparse.Namespace) -> int:
         return refused
     from rich.progress import Progress
 
-    from kvclaims.vllm_binding.repeat import repeat, write_aggregate
+    from kvclaims.lab.repeat import repeat, write_aggregate
 
     names = [n for n in args.scenarios.split(",") if n] if args.scenarios else None
     with Progress(transient=True, disable=not stdout_console().is_terminal) as progress:
@@ -296,7 +296,7 @@ def _run_descriptor(args: argparse.Namespace) -> int:
 
     if not args.source.is_dir():
         raise InputError([Problem(str(args.source), "no such directory")])
-    from kvclaims.vllm_binding.descriptor import generate
+    from kvclaims.lab.vllm_descriptor import generate
 
     text = generate(args.source, args.out)
     if args.check:
@@ -315,8 +315,8 @@ def _run_sweep(args: argparse.Namespace) -> int:
     refused = _refuse_without_vllm()
     if refused is not None:
         return refused
+    from kvclaims.lab.scheduler_scenarios import capacity_sweep
     from kvclaims.refinement import check_trace
-    from kvclaims.vllm_binding.scenarios import capacity_sweep
 
     rows = capacity_sweep(args.out)
     verdicts = {path.name: str(check_trace(path).outcome) for path in sorted(args.out.glob("sweep-*.ndjson"))}
@@ -345,7 +345,7 @@ def _run_fuzz(args: argparse.Namespace) -> int:
     from hypothesis.stateful import run_state_machine_as_test
     from rich.progress import Progress
 
-    from kvclaims.vllm_binding import fuzzing
+    from kvclaims.lab import fuzzing
 
     args.out.mkdir(parents=True, exist_ok=True)
     fuzzing.SchedulerFuzz.trace_dir = args.out
@@ -401,8 +401,8 @@ def demo_stage(out: Path) -> str:
     problem = _vllm_problem()
     if problem is not None:
         return f"not run: {problem}"
+    from kvclaims.lab.scheduler_scenarios import SCENARIOS, run_scenario
     from kvclaims.refinement import check_trace
-    from kvclaims.vllm_binding.scenarios import SCENARIOS, run_scenario
 
     target = out / "vllm"
     summary: dict[str, Any] = {}
@@ -435,10 +435,10 @@ def engine_demo_stage(out: Path) -> str:
         return f"not run: {problem}"
     import time
 
+    from kvclaims.lab.engine_lane import EngineLane
+    from kvclaims.lab.engine_scenarios import ENGINE_SCENARIOS, judge, run_engine_scenario
     from kvclaims.refinement import check_trace
     from kvclaims.refinement.evidence import evidence_items
-    from kvclaims.vllm_binding.engine_lane import EngineLane
-    from kvclaims.vllm_binding.engine_scenarios import ENGINE_SCENARIOS, judge, run_engine_scenario
 
     target = out / "vllm-engine"
     lane = EngineLane()

@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvclaims.lab.micro_scenarios import run_resident_active
+from kvclaims.microruntime.policies import POLICIES
 from kvclaims.report.figure import pyplot, save
 from kvclaims.spec.vocabulary import ProtectionMode
-from kvclaims.statemachine.policies import POLICIES
-from kvclaims.statemachine.scenarios import run_resident_active
 
 RESIDENT_BLOCKS = 60
 ACTIVE_BLOCKS = 70

@@ -52,7 +52,7 @@ def _engine_expectation(scenario: str) -> tuple[str, str | None] | None:
     """(outcome, rule) an engine-lane scenario names, or None when it names none (vLLM absent
     or an unknown scenario)."""
     try:
-        from kvclaims.vllm_binding.engine_scenarios import ENGINE_SCENARIOS
+        from kvclaims.lab.engine_scenarios import ENGINE_SCENARIOS
     except ImportError:
         return None
     known = ENGINE_SCENARIOS.get(scenario)

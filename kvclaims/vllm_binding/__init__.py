@@ -7,8 +7,8 @@ Start vLLM with the binding (docs/vllm-binding.md):
 
 Offloadable claims add the claim connector (`connector`, with `offload_spec` and
 `cache_policy`): `BindingConfig(offload=OffloadSettings(cpu_bytes=...)).engine_kwargs()`.
-The lanes that run it are `scheduler_lane` (vLLM's scheduler, fabricated model outputs) and
-`engine_lane` (`vllm.LLM` end to end on a tiny local model).
+This package holds only what runs inside vLLM; the lanes that drive it (vLLM's scheduler with
+fabricated model outputs, `vllm.LLM` end to end on a tiny local model) are in `kvclaims.lab`.
 
 This package imports without vLLM; the vLLM-facing classes (`ClaimScheduler`,
 `ClaimAsyncScheduler`, `ClaimArbiter`) are imported on first use and raise

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kvclaims.lab.micro_scenarios import run_scenario
+from kvclaims.microruntime.tracing import write_trace
 from kvclaims.report.timeline import claim_timeline, render_timeline
 from kvclaims.statemachine.lifecycle import Phase
-from kvclaims.statemachine.scenarios import run_scenario
-from kvclaims.statemachine.tracing import write_trace
 from tests.report.png import png_size
 
 

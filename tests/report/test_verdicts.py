@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kvclaims.lab.micro_scenarios import run_scenario
+from kvclaims.microruntime.tracing import write_trace
 from kvclaims.report.verdicts import check_traces, judge
-from kvclaims.statemachine.scenarios import run_scenario
-from kvclaims.statemachine.tracing import write_trace
 
 
 def _write(out: Path, scenario: str, as_name: str) -> None:

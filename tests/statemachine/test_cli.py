@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kvclaims.cli import main
-from kvclaims.statemachine.scenarios import SCENARIOS
+from kvclaims.lab.micro_scenarios import SCENARIOS
 
 
 def kvclaims(*args: str) -> subprocess.CompletedProcess[str]:

@@ -11,9 +11,9 @@ import pytest
 from kvclaims.cli import COMMANDS
 from kvclaims.cli import vllm as vllm_cli
 from kvclaims.cli._common import Exit, print_problems
+from kvclaims.lab.scheduler_scenarios import SCENARIOS
 from kvclaims.spec.errors import InputError
 from kvclaims.vllm_binding import plugin
-from kvclaims.vllm_binding.scenarios import SCENARIOS
 
 
 def run_cli(argv: list[str]) -> int:
@@ -94,7 +94,7 @@ def test_sweep_prints_one_row_per_capacity(tmp_path: Path, capsys: pytest.Captur
 
 @pytest.mark.vllm
 def test_fuzz_command_runs_a_short_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from kvclaims.vllm_binding import fuzzing
+    from kvclaims.lab import fuzzing
 
     fuzzing.STATS.__init__()  # type: ignore[misc]
     code = run_cli(
@@ -198,7 +198,7 @@ def test_repeat_runs_fresh_processes_and_aggregates(
 
 @pytest.mark.vllm
 def test_engine_demo_stage_runs_every_engine_scenario(tmp_path: Path) -> None:
-    from kvclaims.vllm_binding.engine_scenarios import ENGINE_SCENARIOS
+    from kvclaims.lab.engine_scenarios import ENGINE_SCENARIOS
 
     headline = vllm_cli.engine_demo_stage(tmp_path)
     assert f"{len(ENGINE_SCENARIOS)} scenarios on vllm.LLM" in headline and "['claim:A']" in headline

@@ -57,7 +57,7 @@ def test_binding_package_imports_without_touching_vllm() -> None:
     import sys
 
     code = (
-        "import sys; import kvclaims.vllm_binding, kvclaims.vllm_binding.scenarios; "
+        "import sys; import kvclaims.vllm_binding, kvclaims.lab.scheduler_scenarios; "
         "import kvclaims.cli; assert 'vllm' not in sys.modules, sorted(m for m in sys.modules if 'vllm' in m)"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -20,7 +20,7 @@ BLOCK = 16
 
 
 def lane(tmp_path: Path, usable: int = 80, *, trace: bool = True, **spec: Any) -> Any:
-    from kvclaims.vllm_binding.scheduler_lane import LaneSpec, SchedulerLane
+    from kvclaims.lab.scheduler_lane import LaneSpec, SchedulerLane
 
     binding = spec.pop("binding", None) or BindingConfig(
         trace_path=str(tmp_path / "trace.ndjson") if trace else None,
@@ -30,7 +30,7 @@ def lane(tmp_path: Path, usable: int = 80, *, trace: bool = True, **spec: Any) -
 
 
 def tokens(tag: str, blocks: int, extra: int = 0) -> list[int]:
-    from kvclaims.vllm_binding.scheduler_lane import prompt_tokens
+    from kvclaims.lab.scheduler_lane import prompt_tokens
 
     return prompt_tokens(tag, blocks * BLOCK + extra)
 
@@ -134,7 +134,7 @@ def test_refusal_reaches_the_caller_as_abort_with_the_blocking_claims(tmp_path: 
 def test_stock_vllm_waits_forever_where_the_binding_refuses(tmp_path: Path) -> None:
     """Without the feasibility check, pinned blocks make the 70-block prefill unschedulable:
     vLLM keeps it waiting with no output (here: pins taken by hand on a stock scheduler)."""
-    from kvclaims.vllm_binding.scheduler_lane import LaneSpec, SchedulerLane
+    from kvclaims.lab.scheduler_lane import LaneSpec, SchedulerLane
 
     stock = SchedulerLane(LaneSpec(usable_blocks=80))
     resident = tokens("r", 60)
@@ -209,7 +209,7 @@ def test_a_claim_is_checked_against_admitted_requests_as_they_are_now(tmp_path: 
 
 
 def test_reset_prefix_cache_trap_stock_versus_binding(tmp_path: Path) -> None:
-    from kvclaims.vllm_binding.scheduler_lane import LaneSpec, SchedulerLane
+    from kvclaims.lab.scheduler_lane import LaneSpec, SchedulerLane
 
     stock = SchedulerLane(LaneSpec(usable_blocks=80))
     stock.add("r", tokens("sys", 10))
@@ -280,7 +280,7 @@ def test_without_a_trace_path_the_binding_enforces_the_same(tmp_path: Path) -> N
 def test_the_harm_report_is_load_bearing(tmp_path: Path) -> None:
     """Drop the binding's `resident_claim_harmed` from a harm trace: refinement then rejects it
     for silent harm, so the block events carry enough to catch a binding that stays quiet."""
-    from kvclaims.vllm_binding.scenarios import run_scenario
+    from kvclaims.lab.scheduler_scenarios import run_scenario
 
     trace = tmp_path / "harm.ndjson"
     run_scenario("kv-load-failure-harm", trace)

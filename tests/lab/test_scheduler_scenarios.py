@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from kvclaims.lab.scheduler_scenarios import HOSTILE_METADATA, SCENARIOS, SWEEP_CAPACITIES, ScenarioResult
 from kvclaims.refinement import check_trace
-from kvclaims.vllm_binding.scenarios import HOSTILE_METADATA, SCENARIOS, SWEEP_CAPACITIES, ScenarioResult
 
 pytestmark = pytest.mark.vllm
 
@@ -26,7 +26,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ScenarioResul
 
     if unsupported_reason(installed_vllm_version()) is not None:
         return {}  # the autouse fixture fails or skips each test with the reason
-    from kvclaims.vllm_binding.scenarios import run_scenario
+    from kvclaims.lab.scheduler_scenarios import run_scenario
 
     out = tmp_path_factory.mktemp("scenarios")
     return {name: run_scenario(name, out / f"{name}.ndjson") for name in SCENARIOS}

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvclaims.statemachine.pool import BlockPool, PoolCorruption
+from kvclaims.microruntime.pool import BlockPool, PoolCorruption
 
 
 def hashes(name: str, n: int) -> list[str]:

@@ -36,10 +36,10 @@ class Checked:
 
 @pytest.fixture(scope="module")
 def lane() -> Any:
-    from vllm_binding.conftest import require_vllm
+    from conftest import require_vllm
 
     require_vllm()
-    from kvclaims.vllm_binding.engine_lane import EngineLane, EngineSpec
+    from kvclaims.lab.engine_lane import EngineLane, EngineSpec
 
     engine = EngineLane(EngineSpec(capture_kv_events=True))
     yield engine
@@ -48,9 +48,9 @@ def lane() -> Any:
 
 @pytest.fixture(scope="module")
 def runs(lane: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Checked]:
+    from kvclaims.lab.engine_scenarios import ENGINE_SCENARIOS, run_engine_scenario
     from kvclaims.refinement import check_trace
     from kvclaims.refinement.evidence import evidence_items
-    from kvclaims.vllm_binding.engine_scenarios import ENGINE_SCENARIOS, run_engine_scenario
 
     out = tmp_path_factory.mktemp("engine-lane")
     checked = {}
@@ -75,7 +75,7 @@ def runs(lane: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Check
 
 
 def test_every_scenario_gets_the_verdict_it_expects(runs: dict[str, Checked]) -> None:
-    from kvclaims.vllm_binding.engine_scenarios import ENGINE_SCENARIOS, judge
+    from kvclaims.lab.engine_scenarios import ENGINE_SCENARIOS, judge
 
     problems = {
         name: judge(ENGINE_SCENARIOS[name], run.outcome, run.rule, run.evidence) for name, run in runs.items()
@@ -99,7 +99,7 @@ def test_the_claims_host_copy_is_reported_position_by_position_before_it_is_offl
 ) -> None:
     """Store jobs carry the claim's tag: each copied position is a CPU-tier block event of the
     claim, all four before the offload; a claim whose store never fit has none."""
-    from kvclaims.vllm_binding.scenarios import read_events
+    from kvclaims.lab.scheduler_scenarios import read_events
 
     events = read_events(runs["path-a-restore"].trace)
     host = [e for e in events if e.event == "block_stored" and e.cache_level == "cpu"]
@@ -117,7 +117,7 @@ def test_the_claims_host_copy_is_reported_position_by_position_before_it_is_offl
 def test_path_b_same_claim_failure_is_refused_naming_the_claim_before_the_finish(
     runs: dict[str, Checked],
 ) -> None:
-    from kvclaims.vllm_binding.scenarios import read_events
+    from kvclaims.lab.scheduler_scenarios import read_events
 
     run = runs["path-b-restore-failure"]
     n = run.numbers
@@ -230,7 +230,7 @@ def test_the_controls_measure_what_they_claim(runs: dict[str, Checked]) -> None:
 
 
 def test_accepted_positive_traces_evidence_every_obligation_of_five_modes(runs: dict[str, Checked]) -> None:
-    from kvclaims.vllm_binding.engine_scenarios import ENGINE_SCENARIOS
+    from kvclaims.lab.engine_scenarios import ENGINE_SCENARIOS
 
     supplied = {
         o for name, run in runs.items() if not ENGINE_SCENARIOS[name].control for o, _ in run.evidence
@@ -243,10 +243,10 @@ def test_accepted_positive_traces_evidence_every_obligation_of_five_modes(runs: 
 def test_kv_events_joined_with_the_registry_agree_with_the_binding_on_materialization(
     runs: dict[str, Checked],
 ) -> None:
+    from kvclaims.lab.scheduler_scenarios import read_events
     from kvclaims.refinement import check_trace
     from kvclaims.refinement.abstractions.vllm_kv_events import KvEventsSource
     from kvclaims.refinement.decoding import EVENT_NAME
-    from kvclaims.vllm_binding.scenarios import read_events
 
     trace = runs["path-a-restore"].trace
     capture, registry = trace.with_suffix(".kvevents"), trace.with_suffix(".registry.yaml")
@@ -268,8 +268,8 @@ def test_kv_events_joined_with_the_registry_agree_with_the_binding_on_materializ
 
 def test_a_corrupted_host_copy_changes_the_logprobs(lane: Any, tmp_path: Path) -> None:
     """The logits check is sensitive: restoring from a zeroed host buffer is not the same KV."""
-    from kvclaims.vllm_binding.engine_lane import engine_prompt
-    from kvclaims.vllm_binding.engine_scenarios import attach, claim, prefix
+    from kvclaims.lab.engine_lane import engine_prompt
+    from kvclaims.lab.engine_scenarios import attach, claim, prefix
 
     tokens = prefix("corrupt", 4) + engine_prompt("corrupt:tail", 37)
     lane.begin(tmp_path / "corrupt.ndjson")
@@ -292,8 +292,8 @@ def _zero_host_copy(worker: Any) -> None:
 def test_without_the_cap_a_persistent_fault_livelocks_the_request(lane: Any, tmp_path: Path) -> None:
     """What stock vLLM does under `recompute` (the binding caps it): the same CPU hit is loaded
     and fails every step, and the request never finishes."""
-    from kvclaims.vllm_binding.engine_lane import engine_prompt
-    from kvclaims.vllm_binding.engine_scenarios import attach, claim, prefix
+    from kvclaims.lab.engine_lane import engine_prompt
+    from kvclaims.lab.engine_scenarios import attach, claim, prefix
     from kvclaims.vllm_binding.faults import LoadFaultPlan
 
     lane.begin(
@@ -316,8 +316,8 @@ def test_without_the_cap_a_persistent_fault_livelocks_the_request(lane: Any, tmp
 
 
 def test_an_unclaimed_load_is_not_failed_without_its_switch(lane: Any, tmp_path: Path) -> None:
-    from kvclaims.vllm_binding.engine_lane import engine_prompt
-    from kvclaims.vllm_binding.engine_scenarios import prefix
+    from kvclaims.lab.engine_lane import engine_prompt
+    from kvclaims.lab.engine_scenarios import prefix
     from kvclaims.vllm_binding.faults import LoadFaultPlan
 
     lane.begin(tmp_path / "switch.ndjson", faults=LoadFaultPlan(enabled=True))

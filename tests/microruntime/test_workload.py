@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kvclaims.microruntime.policies import POLICIES
+from kvclaims.microruntime.replay import replay_events
+from kvclaims.microruntime.runtime import MicroRuntime
+from kvclaims.microruntime.tracing import TraceBuffer, write_trace
+from kvclaims.microruntime.workload import WorkloadShape, apply, generate
 from kvclaims.refinement import check_trace
-from kvclaims.statemachine.policies import POLICIES
-from kvclaims.statemachine.replay import replay_events
-from kvclaims.statemachine.runtime import MicroRuntime
-from kvclaims.statemachine.tracing import TraceBuffer, write_trace
-from kvclaims.statemachine.workload import WorkloadShape, apply, generate
 
 SHAPE = WorkloadShape(operations=3000, usable_blocks=512, objects=120)
 

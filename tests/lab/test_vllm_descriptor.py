@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kvclaims.lab.vllm_descriptor import generate
 from kvclaims.refinement import check_trace
 from kvclaims.spec.descriptor import load_descriptor
 from kvclaims.spec.lowering import lower
 from kvclaims.spec.tables import MODE_BUNDLES
 from kvclaims.spec.vocabulary import AdapterDepth, Label, LabelSubtype, ProtectionMode
-from kvclaims.vllm_binding.descriptor import generate
 
 ROOT = Path(__file__).resolve().parents[2]
 DESCRIPTOR = ROOT / "descriptors" / "kvclaims-vllm.yaml"

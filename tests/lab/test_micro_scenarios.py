@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from pydantic import TypeAdapter
 
+from kvclaims.lab.micro_scenarios import SCENARIOS, ScenarioResult, run_scenario
+from kvclaims.microruntime.replay import ReplayViolation, replay_events
+from kvclaims.microruntime.tracing import write_trace
 from kvclaims.refinement import check_trace
 from kvclaims.spec.errors import InputError
 from kvclaims.spec.trace import TraceEvent, TraceHeader
-from kvclaims.statemachine.replay import ReplayViolation, replay_events
-from kvclaims.statemachine.scenarios import SCENARIOS, ScenarioResult, run_scenario
-from kvclaims.statemachine.tracing import write_trace
 
 EVENT = TypeAdapter(TraceEvent)
 

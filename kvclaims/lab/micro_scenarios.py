@@ -16,21 +16,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvclaims.spec.errors import InputError, Problem
-from kvclaims.spec.vocabulary import ProtectionMode
-from kvclaims.statemachine.arbiter import CapacityProof
-from kvclaims.statemachine.inputs import ClaimSpec, RequestKind, RequestSpec, validate_inputs
-from kvclaims.statemachine.lifecycle import Event, Phase
-from kvclaims.statemachine.policies import POLICIES, ConflictAction, Policy
-from kvclaims.statemachine.replay import ReplayViolation, replay_events
-from kvclaims.statemachine.runtime import (
+from kvclaims.microruntime.arbiter import CapacityProof
+from kvclaims.microruntime.inputs import ClaimSpec, RequestKind, RequestSpec, validate_inputs
+from kvclaims.microruntime.policies import POLICIES, ConflictAction, Policy
+from kvclaims.microruntime.replay import ReplayViolation, replay_events
+from kvclaims.microruntime.runtime import (
     ClaimRecord,
     FaultKind,
     LifecycleBug,
     MicroRuntime,
     RequestOutcome,
 )
-from kvclaims.statemachine.tracing import TraceBuffer
+from kvclaims.microruntime.tracing import TraceBuffer
+from kvclaims.spec.errors import InputError, Problem
+from kvclaims.spec.vocabulary import ProtectionMode
+from kvclaims.statemachine.lifecycle import Event, Phase
 
 M = ProtectionMode
 BLOCK_SIZE = 16

@@ -7,15 +7,15 @@ import dataclasses
 
 import pytest
 
+from kvclaims.microruntime.inputs import ClaimSpec, RequestKind, RequestSpec
+from kvclaims.microruntime.policies import POLICIES, ConflictAction
+from kvclaims.microruntime.replay import replay_events
+from kvclaims.microruntime.runtime import FaultKind, LifecycleBug, MicroRuntime, RequestOutcome
+from kvclaims.microruntime.tracing import TraceBuffer
 from kvclaims.spec.errors import InputError
 from kvclaims.spec.trace import RestorationOutcome
 from kvclaims.spec.vocabulary import ProtectionMode as M
-from kvclaims.statemachine.inputs import ClaimSpec, RequestKind, RequestSpec
 from kvclaims.statemachine.lifecycle import Event, Phase
-from kvclaims.statemachine.policies import POLICIES, ConflictAction
-from kvclaims.statemachine.replay import replay_events
-from kvclaims.statemachine.runtime import FaultKind, LifecycleBug, MicroRuntime, RequestOutcome
-from kvclaims.statemachine.tracing import TraceBuffer
 
 
 def runtime(

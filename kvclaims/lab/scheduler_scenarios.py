@@ -94,7 +94,7 @@ def _of(events: list[Any], kind: str) -> list[Any]:
 
 
 def _lane(usable: int, binding: BindingConfig | None, *, async_scheduling: bool = False, **spec: Any) -> Any:
-    from kvclaims.vllm_binding.scheduler_lane import LaneSpec, SchedulerLane
+    from kvclaims.lab.scheduler_lane import LaneSpec, SchedulerLane
 
     return SchedulerLane(
         LaneSpec(usable_blocks=usable, binding=binding, async_scheduling=async_scheduling, **spec)
@@ -108,7 +108,7 @@ def _binding(trace: Path, **overrides: Any) -> BindingConfig:
 
 
 def _prompt(tag: str, blocks: int, extra_tokens: int = 0) -> list[int]:
-    from kvclaims.vllm_binding.scheduler_lane import prompt_tokens
+    from kvclaims.lab.scheduler_lane import prompt_tokens
 
     return prompt_tokens(tag, blocks * BLOCK + extra_tokens)
 
@@ -155,7 +155,7 @@ RESIDENT_BLOCKS, ACTIVE_BLOCKS = 60, 70
 
 def native_60_70(trace: Path, usable: int) -> dict[str, Any]:
     """Stock vLLM: a 60-block resident prefix, then a 70-block active prefill."""
-    from kvclaims.vllm_binding.scheduler_lane import NativeObserver
+    from kvclaims.lab.scheduler_lane import NativeObserver
 
     lane = _lane(usable, None)
     observer = NativeObserver(lane, trace, f"vllm 0.32.0 stock Scheduler, usable {usable} (observed)")
@@ -641,7 +641,7 @@ _scenario("kv-load-failure-harm-async", "kv-load-failure-harm on ClaimAsyncSched
 
 
 def _unenforced(trace: Path, *, late_demotion: bool) -> dict[str, Any]:
-    from kvclaims.vllm_binding.scheduler_lane import NativeObserver
+    from kvclaims.lab.scheduler_lane import NativeObserver
 
     lane = _lane(80, None)
     observer = NativeObserver(

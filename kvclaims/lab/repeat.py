@@ -1,6 +1,6 @@
 """`kvclaims vllm repeat`: the engine-lane scenarios, N repetitions, each in a fresh process.
 
-A repetition is one new Python process (`python -m kvclaims.vllm_binding.repeat --child DIR`)
+A repetition is one new Python process (`python -m kvclaims.lab.repeat --child DIR`)
 that starts one engine and runs every selected scenario once on it, writing one trace per
 scenario and `numbers.json`. Fresh processes mean nothing (compiled kernels aside) carries over
 from one repetition to the next: no claim registry, no prefix cache, no connector state.
@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kvclaims.vllm_binding.engine_scenarios import ENGINE_SCENARIOS, PATH_GATES, judge
+from kvclaims.lab.engine_scenarios import ENGINE_SCENARIOS, PATH_GATES, judge
 
 NUMBERS_FILE = "numbers.json"
 AGGREGATE_JSON = "aggregate.json"
@@ -41,8 +41,8 @@ CHILD_TIMEOUT_SECONDS = 900
 
 def run_child(run_dir: Path, names: Sequence[str]) -> dict[str, Any]:
     """One repetition in this process: one engine, every scenario once; writes `numbers.json`."""
-    from kvclaims.vllm_binding.engine_lane import EngineLane
-    from kvclaims.vllm_binding.engine_scenarios import run_engine_scenario
+    from kvclaims.lab.engine_lane import EngineLane
+    from kvclaims.lab.engine_scenarios import run_engine_scenario
 
     started = time.perf_counter()
     lane = EngineLane()
@@ -265,7 +265,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The child entry point (`python -m kvclaims.vllm_binding.repeat --child DIR`)."""
+    """The child entry point (`python -m kvclaims.lab.repeat --child DIR`)."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--child", type=Path, required=True, metavar="DIR")
     parser.add_argument("--scenarios", default=",".join(ENGINE_SCENARIOS))

@@ -9,10 +9,7 @@ from typing import ClassVar
 import pytest
 from hypothesis import settings
 
-from kvclaims.refinement import check_trace
-from kvclaims.spec.vocabulary import ProtectionMode
-from kvclaims.statemachine.lifecycle import Phase
-from kvclaims.statemachine.testing import (
+from kvclaims.microruntime.testing import (
     Coverage,
     InvariantBroken,
     MicroRuntimeMachine,
@@ -21,7 +18,10 @@ from kvclaims.statemachine.testing import (
     fresh_machine,
     run_machine,
 )
-from kvclaims.statemachine.tracing import write_trace
+from kvclaims.microruntime.tracing import write_trace
+from kvclaims.refinement import check_trace
+from kvclaims.spec.vocabulary import ProtectionMode
+from kvclaims.statemachine.lifecycle import Phase
 
 CI = settings.get_profile("ci")
 
@@ -90,7 +90,7 @@ def test_a_small_pool_machine_runs_and_a_too_small_one_is_refused_clearly() -> N
     from hypothesis import HealthCheck
     from hypothesis import settings as hypothesis_settings
 
-    from kvclaims.statemachine.testing import MIN_USABLE_BLOCKS
+    from kvclaims.microruntime.testing import MIN_USABLE_BLOCKS
 
     small = fresh_machine(MicroRuntimeMachine, usable_blocks=MIN_USABLE_BLOCKS)
     run_machine(

@@ -15,7 +15,7 @@ checks, after every step, invariants named after the property they guard:
 - `victim_exclusion_before_violation`: a preserving claim is harmed only after an injected fault
   (the runtime itself never evicts a protected block);
 - `emitted_trace_accepted`: every event so far replays through the lifecycle and request
-  machines (`kvclaims.statemachine.replay`).
+  machines (`kvclaims.microruntime.replay`).
 
 Subclass it to fuzz your own runtime: set `runtime_class` (a `MicroRuntime` subclass) and/or
 `policy`. Coverage of lifecycle phases and transitions accumulates on the class, so a test can
@@ -40,17 +40,17 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from kvclaims.microruntime.inputs import ClaimSpec, RequestKind, RequestSpec
+from kvclaims.microruntime.policies import POLICIES, Policy
+from kvclaims.microruntime.replay import ReplayViolation, TraceReplay
+from kvclaims.microruntime.runtime import ClaimRecord, FaultKind, MicroRuntime
+from kvclaims.microruntime.tracing import TraceBuffer
 from kvclaims.spec.capacity import recorded_capacity_problem
 from kvclaims.spec.tables import PRESERVING_MODES
 from kvclaims.spec.trace import RestorationOutcome
 from kvclaims.spec.vocabulary import ProtectionMode
-from kvclaims.statemachine.inputs import ClaimSpec, RequestKind, RequestSpec
 from kvclaims.statemachine.lifecycle import Event, Phase
-from kvclaims.statemachine.policies import POLICIES, Policy
-from kvclaims.statemachine.replay import ReplayViolation, TraceReplay
 from kvclaims.statemachine.requests import RequestEvent, RequestPhase
-from kvclaims.statemachine.runtime import ClaimRecord, FaultKind, MicroRuntime
-from kvclaims.statemachine.tracing import TraceBuffer
 
 settings.register_profile(
     "ci",
@@ -499,4 +499,4 @@ class PlantedBugMachine(MicroRuntimeMachine):
 
 
 TestMicroRuntime = MicroRuntimeMachine.TestCase
-"""For users: `from kvclaims.statemachine.testing import TestMicroRuntime` runs under pytest."""
+"""For users: `from kvclaims.microruntime.testing import TestMicroRuntime` runs under pytest."""

@@ -15,10 +15,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from kvclaims.microruntime.inputs import ClaimSpec, RequestKind, RequestSpec
+from kvclaims.microruntime.runtime import MicroRuntime
 from kvclaims.spec.vocabulary import ProtectionMode
-from kvclaims.statemachine.inputs import ClaimSpec, RequestKind, RequestSpec
 from kvclaims.statemachine.lifecycle import Event, Phase
-from kvclaims.statemachine.runtime import MicroRuntime
 
 Operation = tuple[str, Any]
 """(kind, argument): `request` RequestSpec, `claim` ClaimSpec, `demote` / `release` /

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from kvclaims.microruntime.replay import ReplayInconclusive, ReplayViolation, TraceReplay, replay_events
 from kvclaims.spec.vocabulary import ConformanceRule
-from kvclaims.statemachine.replay import ReplayInconclusive, ReplayViolation, TraceReplay, replay_events
 
 HEADER = {"kvclaims_trace": 1, "usable_blocks": 80, "block_size": 16}
 

@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvclaims.vllm_binding.engine_lane import engine_prompt
+from kvclaims.lab.engine_lane import engine_prompt
+from kvclaims.lab.scheduler_scenarios import ScenarioResult, read_events
 from kvclaims.vllm_binding.faults import LoadFaultPlan
-from kvclaims.vllm_binding.scenarios import ScenarioResult, read_events
 
 if TYPE_CHECKING:
-    from kvclaims.vllm_binding.engine_lane import EngineLane, ScenarioRun
+    from kvclaims.lab.engine_lane import EngineLane, ScenarioRun
 
 BLOCK = 32
 CLAIM_BLOCKS = 4
@@ -208,8 +208,8 @@ def _offload_restore(
 
 
 def _write_registry(lane: EngineLane, run: ScenarioRun, claims: list[tuple[str, list[int]]]) -> None:
-    from kvclaims.vllm_binding.kv_events import RegisteredPrefix, write_registry
-    from kvclaims.vllm_binding.tiny_model import SERVED_MODEL_NAME
+    from kvclaims.lab.kv_events import RegisteredPrefix, write_registry
+    from kvclaims.lab.tiny_model import SERVED_MODEL_NAME
 
     assert run.kv_events_path is not None and lane.capture is not None
     write_registry(

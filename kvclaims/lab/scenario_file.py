@@ -6,7 +6,7 @@ Format `scenario: 1` (YAML or JSON):
 scenario: 1
 name: my-case
 usable_blocks: 80
-policy: hard_protected            # a name from kvclaims.statemachine.policies.POLICIES
+policy: hard_protected            # a name from kvclaims.microruntime.policies.POLICIES
 steps:
   - claims: [{claim_id: c1, object_id: doc, mode: hard_protected, footprint_blocks: 60}]
   - prefill: {request_id: p1, object_id: doc, blocks: 60}
@@ -30,15 +30,15 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, ValidationError, model_validator
 
+from kvclaims.lab.micro_scenarios import ScenarioResult, ScenarioRun
+from kvclaims.microruntime.inputs import ClaimSpec, RequestKind, RequestSpec, validate_inputs
+from kvclaims.microruntime.policies import POLICIES
+from kvclaims.microruntime.runtime import FaultKind, MicroRuntime
+from kvclaims.microruntime.tracing import TraceBuffer
 from kvclaims.spec._types import Identifier, PositiveInt
 from kvclaims.spec.errors import InputError, Problem
 from kvclaims.spec.trace import RestorationOutcome
 from kvclaims.spec.vocabulary import ProtectionMode
-from kvclaims.statemachine.inputs import ClaimSpec, RequestKind, RequestSpec, validate_inputs
-from kvclaims.statemachine.policies import POLICIES
-from kvclaims.statemachine.runtime import FaultKind, MicroRuntime
-from kvclaims.statemachine.scenarios import ScenarioResult, ScenarioRun
-from kvclaims.statemachine.tracing import TraceBuffer
 
 MAX_SCENARIO_BYTES = 1024 * 1024
 

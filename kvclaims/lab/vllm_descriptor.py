@@ -24,10 +24,10 @@ from typing import Any
 
 import yaml
 
+from kvclaims.lab.engine_scenarios import ENGINE_SCENARIOS
+from kvclaims.lab.repeat import AGGREGATE_JSON, AGGREGATE_MD
 from kvclaims.spec.vocabulary import Obligation
-from kvclaims.vllm_binding.engine_scenarios import ENGINE_SCENARIOS
 from kvclaims.vllm_binding.plugin import SUPPORTED_VLLM_VERSIONS
-from kvclaims.vllm_binding.repeat import AGGREGATE_JSON, AGGREGATE_MD
 
 ADAPTER = "kvclaims-vllm-binding"
 

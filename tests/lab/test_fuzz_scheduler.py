@@ -15,7 +15,7 @@ pytestmark = pytest.mark.vllm
 def test_ci_profile_holds_every_invariant_and_reaches_every_outcome(tmp_path: Path) -> None:
     from hypothesis.stateful import run_state_machine_as_test
 
-    from kvclaims.vllm_binding import fuzzing
+    from kvclaims.lab import fuzzing
 
     fuzzing.STATS.__init__()  # type: ignore[misc]
     fuzzing.SchedulerFuzz.trace_dir = tmp_path

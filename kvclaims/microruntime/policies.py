@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
+from kvclaims.microruntime.inputs import ClaimSpec
 from kvclaims.spec.tables import OFFLOAD_MODES, PRESERVING_MODES
 from kvclaims.spec.trace import RestorationOutcome
 from kvclaims.spec.vocabulary import ProtectionMode
-from kvclaims.statemachine.inputs import ClaimSpec
 
 
 class Protection(StrEnum):

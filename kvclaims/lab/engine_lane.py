@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from kvclaims.lab.tiny_model import SERVED_MODEL_NAME, TINY_LLAMA, cached_tiny_model
 from kvclaims.vllm_binding.config import BindingConfig, OffloadSettings
 from kvclaims.vllm_binding.faults import LoadFaultPlan
 from kvclaims.vllm_binding.plugin import require_supported_vllm
-from kvclaims.vllm_binding.tiny_model import SERVED_MODEL_NAME, TINY_LLAMA, cached_tiny_model
 
 ENGINE_BLOCK_SIZE = 32
 """Tokens per block: vLLM's CPU attention needs a multiple of 32."""
@@ -111,7 +111,7 @@ class EngineLane:
         self.capture = None
         kwargs: dict[str, Any] = {}
         if spec.capture_kv_events:
-            from kvclaims.vllm_binding.kv_events import KvEventCapture
+            from kvclaims.lab.kv_events import KvEventCapture
 
             self.capture = KvEventCapture()
             kwargs["kv_events_config"] = self.capture.events_config()

@@ -7,9 +7,8 @@ from itertools import combinations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvclaims.spec.vocabulary import ProtectionMode as M
-from kvclaims.statemachine.inputs import ClaimSpec
-from kvclaims.statemachine.policies import (
+from kvclaims.microruntime.inputs import ClaimSpec
+from kvclaims.microruntime.policies import (
     CONTRACT_PROTECTION,
     POLICIES,
     PlanningContext,
@@ -19,6 +18,7 @@ from kvclaims.statemachine.policies import (
     plan_oracle,
     plan_value_density,
 )
+from kvclaims.spec.vocabulary import ProtectionMode as M
 
 OBJECTS = {"A": 60, "B": 60, "C": 20}
 Q1 = [

@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from kvclaims.spec.errors import InputError
-from kvclaims.spec.trace import TraceHeader
-from kvclaims.statemachine.tracing import (
+from kvclaims.microruntime.tracing import (
     EventCounter,
     TraceBuffer,
     read_trace_lines,
     trace_header,
     write_trace,
 )
+from kvclaims.spec.errors import InputError
+from kvclaims.spec.trace import TraceHeader
 
 
 def test_write_then_read_round_trips(tmp_path: Path) -> None:

@@ -18,21 +18,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from kvclaims.spec.errors import InputError, Problem
-from kvclaims.spec.trace import ConflictReason, RestorationOutcome
-from kvclaims.spec.vocabulary import ProtectionMode
-from kvclaims.statemachine.arbiter import CapacityProof, unavailable_reason
-from kvclaims.statemachine.checkpoint import HybridCheckpoint, restore
-from kvclaims.statemachine.inputs import ClaimSpec, RequestKind, RequestSpec, validate_inputs
-from kvclaims.statemachine.lifecycle import (
-    ClaimProfile,
-    Event,
-    Phase,
-    Violation,
-    at_end,
-    step,
-)
-from kvclaims.statemachine.policies import (
+from kvclaims.microruntime.arbiter import CapacityProof, unavailable_reason
+from kvclaims.microruntime.inputs import ClaimSpec, RequestKind, RequestSpec, validate_inputs
+from kvclaims.microruntime.policies import (
     POLICIES,
     BoundMethod,
     ClaimPlan,
@@ -41,7 +29,20 @@ from kvclaims.statemachine.policies import (
     Policy,
     Protection,
 )
-from kvclaims.statemachine.pool import BlockPool
+from kvclaims.microruntime.pool import BlockPool
+from kvclaims.microruntime.tracing import TraceSink, trace_header
+from kvclaims.spec.errors import InputError, Problem
+from kvclaims.spec.trace import ConflictReason, RestorationOutcome
+from kvclaims.spec.vocabulary import ProtectionMode
+from kvclaims.statemachine.checkpoint import HybridCheckpoint, restore
+from kvclaims.statemachine.lifecycle import (
+    ClaimProfile,
+    Event,
+    Phase,
+    Violation,
+    at_end,
+    step,
+)
 from kvclaims.statemachine.requests import (
     REQUEST_INITIAL,
     RequestEvent,
@@ -49,7 +50,6 @@ from kvclaims.statemachine.requests import (
     RequestViolation,
     request_step,
 )
-from kvclaims.statemachine.tracing import TraceSink, trace_header
 
 RESPONSIBLE = frozenset({Phase.accepted, Phase.materialized, Phase.offloaded, Phase.restoring})
 """Phases in which the runtime answers for the claim's predicate (new blocks are tagged)."""

@@ -61,7 +61,7 @@ CI_SETTINGS = settings(
     print_blob=False,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-"""The bounded, deterministic profile CI runs (`tests/vllm_binding/test_fuzz_scheduler.py`)."""
+"""The bounded, deterministic profile CI runs (`tests/lab/test_fuzz_scheduler.py`)."""
 
 COVERED_EVENTS = (
     "active_request_refused",
@@ -125,7 +125,7 @@ class SchedulerFuzz(RuleBasedStateMachine):
     def start(
         self, usable: int, async_scheduling: bool, hard_action: str, demotable_action: str, fraction: float
     ) -> None:
-        from kvclaims.vllm_binding.scheduler_lane import LaneSpec, SchedulerLane
+        from kvclaims.lab.scheduler_lane import LaneSpec, SchedulerLane
 
         directory = SchedulerFuzz.trace_dir or Path(tempfile.mkdtemp(prefix="kvclaims-fuzz-"))
         STATS.examples += 1
@@ -158,7 +158,7 @@ class SchedulerFuzz(RuleBasedStateMachine):
 
     def _prompt(self, obj: str | None, blocks: int, suffix_tokens: int) -> list[int]:
         """`blocks` blocks of a shared object, then fresh tokens no other request shares."""
-        from kvclaims.vllm_binding.scheduler_lane import prompt_tokens
+        from kvclaims.lab.scheduler_lane import prompt_tokens
 
         head = prompt_tokens(obj, blocks * BLOCK) if obj and blocks else []
         tail = prompt_tokens(f"fresh-{self.counter}", suffix_tokens) if suffix_tokens else []
@@ -348,8 +348,8 @@ class SchedulerFuzz(RuleBasedStateMachine):
     def teardown(self) -> None:
         if self.lane is None:
             return
+        from kvclaims.lab.scheduler_scenarios import read_events
         from kvclaims.refinement import check_trace
-        from kvclaims.vllm_binding.scenarios import read_events
 
         taken = self.lane.run(MAX_DRAIN_STEPS)
         STATS.engine_steps += taken

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from kvclaims.lab.scenario_file import load_scenario_file, run_scenario_file
 from kvclaims.spec.errors import InputError
-from kvclaims.statemachine.scenario_file import load_scenario_file, run_scenario_file
 
 GOOD = """\
 scenario: 1

@@ -1,0 +1,13 @@
+"""kvclaims.lab: the runs that exercise the runtimes and turn them into evidence.
+
+Scenarios, lanes, fuzzers, repetitions and descriptor generation: everything that drives a
+runtime from outside and checks what it wrote. This is the one place below the CLI where
+importing `kvclaims.refinement` is legitimate.
+
+- `micro_scenarios`, `scenario_file`: the MicroRuntime's seed scenarios and user scenario files;
+- `scheduler_lane`, `scheduler_scenarios`, `fuzzing`: vLLM's real scheduler driven step by step
+  with fabricated model outputs, its scenarios and its Hypothesis fuzzer;
+- `engine_lane`, `engine_scenarios`, `tiny_model`, `kv_events`: `vllm.LLM` end to end on a tiny
+  local model, its scenarios and the KV-event capture;
+- `repeat`, `vllm_descriptor`: repeated engine-lane runs and the descriptor generated from them.
+"""
