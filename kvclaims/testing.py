@@ -24,8 +24,7 @@ from collections.abc import Mapping
 
 from hypothesis import strategies as st
 
-from kvclaims.microruntime.inputs import ClaimSpec, RequestKind, RequestSpec
-from kvclaims.microruntime.testing import (
+from kvclaims.lab.micro_fuzzing import (
     OBJECTS,
     Coverage,
     FuzzReport,
@@ -35,6 +34,7 @@ from kvclaims.microruntime.testing import (
     fuzz,
     run_machine,
 )
+from kvclaims.microruntime.inputs import ClaimSpec, RequestKind, RequestSpec
 from kvclaims.refinement.assertions import assert_refines
 from kvclaims.refinement.rendering import render_verdict
 from kvclaims.refinement.testing import TraceBuilder, generate_valid_trace

@@ -4,7 +4,8 @@ Scenarios, lanes, fuzzers, repetitions and descriptor generation: everything tha
 runtime from outside and checks what it wrote. This is the one place below the CLI where
 importing `kvclaims.refinement` is legitimate.
 
-- `micro_scenarios`, `scenario_file`: the MicroRuntime's seed scenarios and user scenario files;
+- `micro_scenarios`, `scenario_file`, `micro_fuzzing`: the MicroRuntime's seed scenarios, user
+  scenario files and the Hypothesis state machines that fuzz it against the refinement checker;
 - `scheduler_lane`, `scheduler_scenarios`, `fuzzing`: vLLM's real scheduler driven step by step
   with fabricated model outputs, its scenarios and its Hypothesis fuzzer;
 - `engine_lane`, `engine_scenarios`, `tiny_model`, `kv_events`: `vllm.LLM` end to end on a tiny

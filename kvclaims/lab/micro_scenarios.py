@@ -19,7 +19,6 @@ from typing import Any
 from kvclaims.microruntime.arbiter import CapacityProof
 from kvclaims.microruntime.inputs import ClaimSpec, RequestKind, RequestSpec, validate_inputs
 from kvclaims.microruntime.policies import POLICIES, ConflictAction, Policy
-from kvclaims.microruntime.replay import ReplayViolation, replay_events
 from kvclaims.microruntime.runtime import (
     ClaimRecord,
     FaultKind,
@@ -27,7 +26,8 @@ from kvclaims.microruntime.runtime import (
     MicroRuntime,
     RequestOutcome,
 )
-from kvclaims.microruntime.tracing import TraceBuffer
+from kvclaims.microruntime.tracing import TraceBuffer, encode_trace
+from kvclaims.refinement.api import check_bytes
 from kvclaims.spec.errors import InputError, Problem
 from kvclaims.spec.vocabulary import ProtectionMode
 from kvclaims.statemachine.lifecycle import Event, Phase
@@ -59,15 +59,18 @@ class ScenarioResult:
     summary: dict[str, Any] = field(default_factory=dict)
 
     def trace_checks(self) -> dict[str, str]:
-        """Each run's verdict from the lifecycle replay: 'accepted' or 'rejected: ...'."""
+        """Each run's refinement verdict: 'accepted', 'rejected: [rule] line N: message', or
+        'inconclusive: ...' / 'invalid: ...' with the checker's reason."""
         verdicts = {}
         for run in self.runs:
-            try:
-                replay_events(run.header, run.events)
-            except ReplayViolation as violation:
-                verdicts[run.label] = f"rejected: {violation}"
-            else:
+            verdict = check_bytes(encode_trace(run.header, run.events), name=run.label)
+            found = verdict.counterexample
+            if found is not None:
+                verdicts[run.label] = f"rejected: [{found.rule.value}] line {found.line}: {found.message}"
+            elif verdict.outcome.value == "accepted":
                 verdicts[run.label] = "accepted"
+            else:
+                verdicts[run.label] = f"{verdict.outcome.value}: {verdict.reason}"
         return verdicts
 
 

@@ -9,7 +9,7 @@ from typing import ClassVar
 import pytest
 from hypothesis import settings
 
-from kvclaims.microruntime.testing import (
+from kvclaims.lab.micro_fuzzing import (
     Coverage,
     InvariantBroken,
     MicroRuntimeMachine,
@@ -90,7 +90,7 @@ def test_a_small_pool_machine_runs_and_a_too_small_one_is_refused_clearly() -> N
     from hypothesis import HealthCheck
     from hypothesis import settings as hypothesis_settings
 
-    from kvclaims.microruntime.testing import MIN_USABLE_BLOCKS
+    from kvclaims.lab.micro_fuzzing import MIN_USABLE_BLOCKS
 
     small = fresh_machine(MicroRuntimeMachine, usable_blocks=MIN_USABLE_BLOCKS)
     run_machine(
