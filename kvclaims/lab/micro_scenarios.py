@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvclaims.microruntime.arbiter import CapacityProof
 from kvclaims.microruntime.inputs import ClaimSpec, RequestKind, RequestSpec, validate_inputs
 from kvclaims.microruntime.policies import POLICIES, ConflictAction, Policy
 from kvclaims.microruntime.runtime import (
@@ -28,6 +27,7 @@ from kvclaims.microruntime.runtime import (
 )
 from kvclaims.microruntime.tracing import TraceBuffer, encode_trace
 from kvclaims.refinement.api import check_bytes
+from kvclaims.spec.capacity import CapacityProof
 from kvclaims.spec.errors import InputError, Problem
 from kvclaims.spec.vocabulary import ProtectionMode
 from kvclaims.statemachine.lifecycle import Event, Phase

@@ -12,7 +12,6 @@ Every other scenario's trace must be accepted.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -672,9 +671,3 @@ _scenario(
     "control-late-demotion",
     "NEGATIVE CONTROL: the external registry demotes only after the loss (must be rejected)",
 )(lambda trace: _unenforced(trace, late_demotion=True))
-
-
-def numbers_json(result: ScenarioResult) -> str:
-    return json.dumps(
-        {"scenario": result.name, "trace": str(result.trace_path), **result.numbers}, default=str
-    )
