@@ -34,7 +34,7 @@ from itertools import count
 from typing import Any, ClassVar
 
 import msgspec
-from hypothesis import HealthCheck, settings
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -44,6 +44,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from kvclaims.lab.fuzz_settings import batches, bounded
 from kvclaims.microruntime.inputs import ClaimSpec, RequestKind, RequestSpec
 from kvclaims.microruntime.policies import POLICIES, Policy
 from kvclaims.microruntime.runtime import ClaimRecord, FaultKind, MicroRuntime
@@ -57,16 +58,7 @@ from kvclaims.spec.vocabulary import ProtectionMode
 from kvclaims.statemachine.lifecycle import Event, Phase
 from kvclaims.statemachine.requests import RequestEvent, RequestPhase
 
-settings.register_profile(
-    "ci",
-    max_examples=600,
-    stateful_step_count=50,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    print_blob=False,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+settings.register_profile("ci", bounded(max_examples=600, stateful_step_count=50))
 """Deterministic and bounded: kvclaims' own CI runs this profile."""
 
 OBJECTS: dict[str, int] = {"doc-a": 4, "doc-b": 8, "doc-c": 12, "doc-d": 20}
@@ -525,15 +517,7 @@ def fuzz(
 ) -> FuzzReport:
     """Run random (not derandomized) batches of `machine` until `seconds` have passed or an
     invariant breaks; Hypothesis shrinks the failure and prints the minimal rule sequence."""
-    batch_settings = settings(
-        max_examples=batch_examples,
-        stateful_step_count=50,
-        deadline=None,
-        database=None,
-        derandomize=False,
-        print_blob=False,
-        suppress_health_check=list(HealthCheck),
-    )
+    batch_settings = batches(batch_examples, stateful_step_count=50)
     start = time.monotonic()
     report = FuzzReport(machine.coverage, 0.0, 0)
     while report.seconds < seconds and report.failure is None:

@@ -9,7 +9,9 @@ from typing import ClassVar
 import pytest
 from hypothesis import settings
 
+from kvclaims.lab.fuzz_settings import bounded
 from kvclaims.lab.micro_fuzzing import (
+    MIN_USABLE_BLOCKS,
     Coverage,
     InvariantBroken,
     MicroRuntimeMachine,
@@ -87,23 +89,8 @@ def test_a_small_pool_machine_runs_and_a_too_small_one_is_refused_clearly() -> N
     """The documented override: a pool just large enough for every prefix object fuzzes with
     every invariant holding (active requests are capped at the pool); a smaller one is a clear
     error, not an InputError from deep inside a rule."""
-    from hypothesis import HealthCheck
-    from hypothesis import settings as hypothesis_settings
-
-    from kvclaims.lab.micro_fuzzing import MIN_USABLE_BLOCKS
-
     small = fresh_machine(MicroRuntimeMachine, usable_blocks=MIN_USABLE_BLOCKS)
-    run_machine(
-        small,
-        hypothesis_settings(
-            max_examples=30,
-            stateful_step_count=30,
-            derandomize=True,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-            database=None,
-        ),
-    )
+    run_machine(small, bounded(max_examples=30, stateful_step_count=30))
     assert small.coverage.examples > 0
     too_small = fresh_machine(MicroRuntimeMachine, usable_blocks=MIN_USABLE_BLOCKS - 1)
     with pytest.raises(ValueError, match="MIN_USABLE_BLOCKS"):
