@@ -61,7 +61,8 @@ class SeedCase:
     """One case of the seeds. `mode` is the claim's protection mode (None: stock behaviour, no
     claim); `resident_blocks` the claimed (or merely cached) prefix; `active_blocks` the live
     blocks the active request (or, for offload paths, the pressure request) needs. `names`
-    gives a lane's scenario name where it differs from `name`. `defer`: the runtime is set to
+    gives a vLLM lane's scenario name where it differs from `name` (the MicroRuntime runs a
+    case directly: `micro_scenarios.seed_case_numbers`). `defer`: the runtime is set to
     defer a capacity conflict before refusing it (for how long is the lane's mechanics);
     `restore_fails`: the claim's restoration from the offload tier fails."""
 
@@ -185,7 +186,6 @@ CASES: tuple[SeedCase, ...] = (
             "harm_events": 0,
         },
         MICRO_SCHEDULER,
-        {Lane.micro: "hard-claim-60-70-80"},
     ),
     *_sweep(),
     SeedCase(
@@ -240,7 +240,7 @@ CASES: tuple[SeedCase, ...] = (
             "harm_events": 0,
         },
         MICRO_SCHEDULER,
-        {Lane.micro: "live-scheduler-pressure", Lane.scheduler: "live-pressure-40-46"},
+        {Lane.scheduler: "live-pressure-40-46"},
         defer=True,
     ),
     SeedCase(
