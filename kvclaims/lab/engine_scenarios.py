@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvclaims.lab.engine_lane import engine_prompt
 from kvclaims.lab.scheduler_scenarios import ScenarioResult, read_events
-from kvclaims.lab.seed_cases import Lane, SeedCase, on_lane, trace_numbers
+from kvclaims.lab.seed_cases import Lane, SeedCase, on_lane, recorded_proof, trace_numbers
 from kvclaims.vllm_binding.faults import LoadFaultPlan
 
 if TYPE_CHECKING:
@@ -359,17 +359,6 @@ def _capacity(
     return run, _events(run), tokens
 
 
-def _proof(event: Any) -> dict[str, Any]:
-    return {
-        "blocking_claim_ids": list(event.blocking_claim_ids),
-        "protected_resident_blocks": event.protected_resident_blocks,
-        "active_live_blocks_required": event.active_live_blocks_required,
-        "resident_plus_active_blocks": event.resident_plus_active_blocks,
-        "usable_blocks": event.usable_blocks,
-        "capacity_shortfall_blocks": event.capacity_shortfall_blocks,
-    }
-
-
 @_scenario(
     "hard-refusal", "hard claim over 8 blocks; a 20-block prefill is refused (8 + 21 > 23) with the proof"
 )
@@ -381,7 +370,7 @@ def hard_refusal(lane: EngineLane, trace: Path) -> dict[str, Any]:
     return {
         **_counts(events),
         "active_refused": bool(refused),
-        **(_proof(refused[0]) if refused else {}),
+        **(recorded_proof(refused[0]) if refused else {}),
         "active_finish_reason": done.finish_reason,
         "active_stop_reason": done.stop_reason,
         "reuse_cached_blocks": reused[0].cached_blocks if reused else None,

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvclaims.lab.seed_cases import BY_NAME, SWEEP_POOLS, SeedCase, trace_numbers
+from kvclaims.lab.seed_cases import BY_NAME, SWEEP_POOLS, SeedCase, recorded_proof, trace_numbers
 from kvclaims.microruntime.inputs import ClaimSpec, RequestKind, RequestSpec, validate_inputs
 from kvclaims.microruntime.policies import POLICIES, ConflictAction, Policy
 from kvclaims.microruntime.runtime import (
@@ -144,17 +144,7 @@ def _refusal(session: _Session) -> dict[str, Any] | None:
 
 
 def _proof_of(event: dict[str, Any] | None) -> dict[str, Any] | None:
-    if event is None:
-        return None
-    keys = (
-        "blocking_claim_ids",
-        "protected_resident_blocks",
-        "active_live_blocks_required",
-        "resident_plus_active_blocks",
-        "usable_blocks",
-        "capacity_shortfall_blocks",
-    )
-    return {key: event[key] for key in keys}
+    return None if event is None else recorded_proof(event)
 
 
 # ---------------------------------------------------------------------- 60 / 70 / 80

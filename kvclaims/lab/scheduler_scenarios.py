@@ -19,7 +19,15 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from kvclaims.lab.seed_cases import BY_NAME, SWEEP_POOLS, Lane, SeedCase, on_lane, trace_numbers
+from kvclaims.lab.seed_cases import (
+    BY_NAME,
+    SWEEP_POOLS,
+    Lane,
+    SeedCase,
+    on_lane,
+    recorded_proof,
+    trace_numbers,
+)
 from kvclaims.spec.trace import TraceEvent
 from kvclaims.vllm_binding.config import BindingConfig
 
@@ -127,17 +135,6 @@ def _finish(lane: Any, request_id: str) -> tuple[str | None, str | None]:
     return str(done.finish_reason), stop
 
 
-def _proof(event: Any) -> dict[str, Any]:
-    return {
-        "blocking_claim_ids": list(event.blocking_claim_ids),
-        "protected_resident_blocks": event.protected_resident_blocks,
-        "active_live_blocks_required": event.active_live_blocks_required,
-        "resident_plus_active_blocks": event.resident_plus_active_blocks,
-        "usable_blocks": event.usable_blocks,
-        "capacity_shortfall_blocks": event.capacity_shortfall_blocks,
-    }
-
-
 def _seed_case(case: SeedCase, events: list[Any], **lane_measured: Any) -> dict[str, Any]:
     """`seed_cases.NUMBERS` for `case`: from this trace's events (the active request is
     `active`), plus what this lane measured in vLLM's cache."""
@@ -216,7 +213,7 @@ def hard_60_70(trace: Path, case: SeedCase, *, async_scheduling: bool = False) -
         "active_refused": bool(refused),
         "active_finish_reason": finish,
         "active_stop_reason": stop,
-        **(_proof(refused[0]) if refused else {}),
+        **(recorded_proof(refused[0]) if refused else {}),
         "resident_leading_blocks_after": leading_after,
         "reuse_cached_blocks": reused[0].cached_blocks if reused else None,
         "reuse_predicate_satisfied": reused[0].predicate_satisfied if reused else None,
@@ -302,7 +299,7 @@ def live_pressure(trace: Path, case: SeedCase, *, async_scheduling: bool = False
         "active_refused": bool(refused),
         "active_finish_reason": finish,
         "active_stop_reason": stop,
-        **(_proof(refused[0]) if refused else {}),
+        **(recorded_proof(refused[0]) if refused else {}),
         **_claim_counts(events),
         "seed_case": _seed_case(case, events),
     }
@@ -372,7 +369,7 @@ def expire_before_loss(trace: Path, case: SeedCase, *, async_scheduling: bool = 
         "claim_expired_at_step": expired[0].engine_step if expired else None,
         "active_deferred_at_step": deferred[0].engine_step if deferred else None,
         "active_admitted_at_step": admitted[0].engine_step if admitted else None,
-        **(_proof(deferred[0]) if deferred else {}),
+        **(recorded_proof(deferred[0]) if deferred else {}),
         "expired_before_first_loss": bool(expired) and (not removed or expired[0].seq < removed[0].seq),
         "claim_blocks_lost_after_expiry": len(removed),
         "active_finish_reason": _finish(lane, "active")[0],
@@ -439,7 +436,7 @@ def defer_until_materialized(trace: Path, *, async_scheduling: bool = False) -> 
     reused = _of(events, "request_reused")
     return {
         "reuser_deferred_at_step": deferred[0].engine_step if deferred else None,
-        **(_proof(deferred[0]) if deferred else {}),
+        **(recorded_proof(deferred[0]) if deferred else {}),
         "claim_materialized_at_step": materialized[0].engine_step if materialized else None,
         "reuser_admitted_at_step": admitted[0].engine_step if admitted else None,
         "reuser_active_live_blocks": admitted[0].active_live_blocks if admitted else None,

@@ -85,8 +85,9 @@ class SeedCase:
         return self.names.get(lane, self.name)
 
 
-def _proof(claim_id: str, resident: int, active: int, usable: int) -> dict[str, Any]:
-    """The capacity proof of DESIGN 2.2 for `resident` protected and `active` live blocks."""
+def _expected_proof(claim_id: str, resident: int, active: int, usable: int) -> dict[str, Any]:
+    """The capacity proof of DESIGN 2.2 a case expects for `resident` protected and `active`
+    live blocks (the seed's arithmetic, written out)."""
     return {
         "blocking_claim_ids": [claim_id],
         "protected_resident_blocks": resident,
@@ -140,7 +141,7 @@ def _sweep() -> list[SeedCase]:
                 70,
                 {
                     "active_outcome": "refused" if refused else "admitted",
-                    **(_proof("claim:resident", 60, 70, pool) if refused else {}),
+                    **(_expected_proof("claim:resident", 60, 70, pool) if refused else {}),
                     "resident_leading_blocks_after": 60,
                     "harm_events": 0,
                 },
@@ -180,7 +181,7 @@ CASES: tuple[SeedCase, ...] = (
         70,
         {
             "active_outcome": "refused",
-            **_proof("claim:resident", 60, 70, 80),
+            **_expected_proof("claim:resident", 60, 70, 80),
             "resident_leading_blocks_after": 60,
             "claims_accepted": 1,
             "harm_events": 0,
@@ -217,7 +218,7 @@ CASES: tuple[SeedCase, ...] = (
         {
             "active_outcome": "admitted",
             "deferred_first": True,
-            **_proof("claim:resident", 60, 70, 80),
+            **_expected_proof("claim:resident", 60, 70, 80),
             "released_before_loss": True,
             "claim_blocks_lost_after_release": 50,
             "harm_events": 0,
@@ -236,7 +237,7 @@ CASES: tuple[SeedCase, ...] = (
         {
             "active_outcome": "refused",
             "deferred_first": True,
-            **_proof("claim:live-resident", 40, 46, 68),
+            **_expected_proof("claim:live-resident", 40, 46, 68),
             "harm_events": 0,
         },
         MICRO_SCHEDULER,
@@ -252,7 +253,7 @@ CASES: tuple[SeedCase, ...] = (
         23,
         8,
         21,
-        {"active_outcome": "refused", **_proof("claim:hard_protected", 8, 21, 23), "harm_events": 0},
+        {"active_outcome": "refused", **_expected_proof("claim:hard_protected", 8, 21, 23), "harm_events": 0},
         MICRO_ENGINE,
         {Lane.engine: "hard-refusal"},
     ),
@@ -351,6 +352,14 @@ PROOF_FIELDS = (
     "capacity_shortfall_blocks",
 )
 _CONFLICTS = ("active_request_refused", "active_request_deferred")
+
+
+def recorded_proof(event: Any) -> dict[str, Any]:
+    """The capacity proof a refusal or deferral recorded (a trace v1 event, as dict or model)."""
+    fields = event if isinstance(event, Mapping) else vars(event)
+    return {key: list(fields[key]) if key == "blocking_claim_ids" else fields[key] for key in PROOF_FIELDS}
+
+
 _RELEASES = ("resident_claim_demoted", "resident_claim_expired")
 
 
@@ -381,7 +390,7 @@ def trace_numbers(
         conflicts = of(*_CONFLICTS, request_id=active)
         numbers["deferred_first"] = bool(conflicts) and conflicts[0][1]["event"] == "active_request_deferred"
         if conflicts:
-            numbers |= {key: conflicts[0][1][key] for key in PROOF_FIELDS}
+            numbers |= recorded_proof(conflicts[0][1])
     if claim is not None:
         released = of(*_RELEASES, claim_id=claim)
         removed = of("block_removed", claim_id=claim)
