@@ -17,12 +17,11 @@ Expectations (checked by refinement in the tests, `kvclaims vllm scenario` and `
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvclaims.lab.engine_lane import engine_prompt
-from kvclaims.lab.scheduler_scenarios import ScenarioResult, read_events
+from kvclaims.lab.scheduler_scenarios import Expectation, Scenario, ScenarioResult, read_events
 from kvclaims.lab.seed_cases import Lane, SeedCase, on_lane, recorded_proof, trace_numbers
 from kvclaims.vllm_binding.faults import LoadFaultPlan
 
@@ -41,32 +40,7 @@ ACTIVE_BLOCKS = HARD.active_blocks - 1
 TAIL_TOKENS = 5
 
 
-@dataclass(frozen=True)
-class Expectation:
-    """What refinement must say. `outcome` is `accepted` or `rejected` (then `rule`);
-    `not_evidenced_for` lists claims for which an accepted control's evidence must contain no
-    `offload_restorability` / `restoration_failure_outcome` item (and `no_failure_outcome`
-    forbids any restoration-failure evidence at all)."""
-
-    outcome: str = "accepted"
-    rule: str | None = None
-    not_evidenced_for: tuple[str, ...] = ()
-    no_failure_outcome: bool = False
-
-
-@dataclass(frozen=True)
-class EngineScenario:
-    name: str
-    summary: str
-    run: Callable[[EngineLane, Path], dict[str, Any]]
-    expect: Expectation = field(default_factory=Expectation)
-
-    @property
-    def control(self) -> bool:
-        return self.name.startswith("control-")
-
-
-ENGINE_SCENARIOS: dict[str, EngineScenario] = {}
+ENGINE_SCENARIOS: dict[str, Scenario] = {}
 
 PATH_GATES: dict[str, str] = {
     "path-a-restore": "restore before reuse (path A)",
@@ -82,7 +56,7 @@ def _scenario(
     def register(
         run: Callable[[EngineLane, Path], dict[str, Any]],
     ) -> Callable[[EngineLane, Path], dict[str, Any]]:
-        ENGINE_SCENARIOS[name] = EngineScenario(name, summary, run, expect or Expectation())
+        ENGINE_SCENARIOS[name] = Scenario(name, summary, run, expect or Expectation())
         return run
 
     return register
@@ -567,7 +541,7 @@ def run_engine_scenario(lane: EngineLane, name: str, trace_path: Path) -> Scenar
 
 
 def judge(
-    scenario: EngineScenario, outcome: str, rule: str | None, evidence: list[tuple[str, list[str]]]
+    scenario: Scenario, outcome: str, rule: str | None, evidence: list[tuple[str, list[str]]]
 ) -> str | None:
     """Why refinement's answer (`outcome`, `rule`, and the `(obligation, claim ids)` of the
     evidence an accepted trace exports) is not what the scenario expects; None when it is."""

@@ -47,10 +47,28 @@ class ScenarioResult:
 
 
 @dataclass(frozen=True)
+class Expectation:
+    """What refinement must say of a vLLM lane scenario's trace. `outcome` is `accepted` or
+    `rejected` (then `rule`); `not_evidenced_for` lists claims for which an accepted control's
+    evidence must contain no `offload_restorability` / `restoration_failure_outcome` item (and
+    `no_failure_outcome` forbids any restoration-failure evidence at all)."""
+
+    outcome: str = "accepted"
+    rule: str | None = None
+    not_evidenced_for: tuple[str, ...] = ()
+    no_failure_outcome: bool = False
+
+
+@dataclass(frozen=True)
 class Scenario:
+    """A named scenario of a vLLM lane: `run` drives the lane (the scheduler lane's runs take
+    the trace path, the engine lane's the engine and the trace path), writes one trace and
+    returns what it measured."""
+
     name: str
     summary: str
-    run: Callable[[Path], dict[str, Any]]
+    run: Callable[..., dict[str, Any]]
+    expect: Expectation = field(default_factory=Expectation)
 
     @property
     def control(self) -> bool:
