@@ -335,16 +335,23 @@ _scenario("live-pressure-40-46-async", "live-pressure-40-46 on ClaimAsyncSchedul
 # -- demotion and expiry before loss; best-effort loss -------------------------------------
 
 
-def demote_before_loss(trace: Path, case: SeedCase) -> dict[str, Any]:
-    binding = _binding(trace, protected_fraction=0.75, owner_protected_fraction=0.75)
-    lane = _lane(case.usable_blocks, binding)
+def _claim_then_active(lane: Any, case: SeedCase, claim: dict[str, Any]) -> int:
+    """`claim` over the case's resident prefix, computed; then the case's active request; then
+    the lane is closed. Returns the resident prefix's leading cached blocks at the end."""
     resident = _prompt("resident", case.resident_blocks)
-    lane.add("resident", resident, extra_args=_claim(case.claim_id, "demotable", case.resident_blocks))
+    lane.add("resident", resident, extra_args=claim)
     lane.run()
     lane.add("active", _prompt("active", case.active_blocks))
     lane.run()
     leading_after = lane.cached_leading_blocks(resident)
     lane.close()
+    return leading_after
+
+
+def demote_before_loss(trace: Path, case: SeedCase) -> dict[str, Any]:
+    binding = _binding(trace, protected_fraction=0.75, owner_protected_fraction=0.75)
+    lane = _lane(case.usable_blocks, binding)
+    leading_after = _claim_then_active(lane, case, _claim(case.claim_id, "demotable", case.resident_blocks))
     events = read_events(trace)
     demoted = _of(events, "resident_claim_demoted")
     removed = [e for e in _of(events, "block_removed") if e.claim_id == case.claim_id]
@@ -367,17 +374,8 @@ EXPIRY_STEPS = 12
 def expire_before_loss(trace: Path, case: SeedCase, *, async_scheduling: bool = False) -> dict[str, Any]:
     binding = _binding(trace, protected_fraction=0.75, owner_protected_fraction=0.75)
     lane = _lane(case.usable_blocks, binding, async_scheduling=async_scheduling)
-    resident = _prompt("resident", case.resident_blocks)
-    lane.add(
-        "resident",
-        resident,
-        extra_args=_claim(case.claim_id, "expiring", case.resident_blocks, duration_steps=EXPIRY_STEPS),
-    )
-    lane.run()
-    lane.add("active", _prompt("active", case.active_blocks))
-    lane.run()
-    leading_after = lane.cached_leading_blocks(resident)
-    lane.close()
+    claim = _claim(case.claim_id, "expiring", case.resident_blocks, duration_steps=EXPIRY_STEPS)
+    leading_after = _claim_then_active(lane, case, claim)
     events = read_events(trace)
     expired = _of(events, "resident_claim_expired")
     deferred = _of(events, "active_request_deferred")
@@ -398,16 +396,9 @@ def expire_before_loss(trace: Path, case: SeedCase, *, async_scheduling: bool = 
 
 
 def best_effort_lost(trace: Path) -> dict[str, Any]:
-    lane = _lane(80, _binding(trace))
-    resident = _prompt("resident", HARD.resident_blocks)
-    lane.add(
-        "resident", resident, extra_args=_claim("claim:best-effort", "best_effort", HARD.resident_blocks)
-    )
-    lane.run()
-    lane.add("active", _prompt("active", HARD.active_blocks))
-    lane.run()
-    leading_after = lane.cached_leading_blocks(resident)
-    lane.close()
+    lane = _lane(HARD.usable_blocks, _binding(trace))
+    claim = _claim("claim:best-effort", "best_effort", HARD.resident_blocks)
+    leading_after = _claim_then_active(lane, HARD, claim)
     events = read_events(trace)
     lost = _of(events, "resident_claim_lost")
     return {
