@@ -137,7 +137,7 @@ def valid_traces(*, min_events: int = 20, max_events: int = 400) -> st.SearchStr
 def __getattr__(name: str) -> object:
     """`SchedulerFuzz`, the vLLM scheduler machine, imported on first use (it needs vLLM to run)."""
     if name == "SchedulerFuzz":
-        from kvclaims.lab.fuzzing import SchedulerFuzz
+        from kvclaims.lab.scheduler_fuzzing import SchedulerFuzz
 
         return SchedulerFuzz
     raise AttributeError(f"module 'kvclaims.testing' has no attribute {name!r}")

@@ -6,7 +6,7 @@ importing `kvclaims.refinement` is legitimate.
 
 - `micro_scenarios`, `scenario_file`, `micro_fuzzing`: the MicroRuntime's seed scenarios, user
   scenario files and the Hypothesis state machines that fuzz it against the refinement checker;
-- `scheduler_lane`, `scheduler_scenarios`, `fuzzing`: vLLM's real scheduler driven step by step
+- `scheduler_lane`, `scheduler_scenarios`, `scheduler_fuzzing`: vLLM's real scheduler driven step by step
   with fabricated model outputs, its scenarios and its Hypothesis fuzzer;
 - `engine_lane`, `engine_scenarios`, `tiny_model`, `kv_events`: `vllm.LLM` end to end on a tiny
   local model, its scenarios and the KV-event capture;

@@ -53,7 +53,7 @@ MAX_DRAIN_STEPS = 3000
 BLOCK = 16
 
 CI_SETTINGS = bounded(max_examples=100, stateful_step_count=40)
-"""The bounded, deterministic profile CI runs (`tests/lab/test_fuzz_scheduler.py`)."""
+"""The bounded, deterministic profile CI runs (`tests/lab/test_scheduler_fuzzing.py`)."""
 
 COVERED_EVENTS = (
     "active_request_refused",
