@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
 import pytest
 
+from kvclaims.microruntime.tracing import encode_trace
 from kvclaims.refinement import check_bytes
 from kvclaims.refinement.verdict import Counterexample, Outcome, TraceVerdict
 from kvclaims.spec.vocabulary import ConformanceRule
@@ -68,8 +68,7 @@ class Trace:
 
 
 def verdict_of(trace: Trace, header: dict[str, Any] = HEADER) -> TraceVerdict:
-    encode = msgspec.json.encode
-    return check_bytes(b"".join(encode(line) + b"\n" for line in (header, *trace.events)))
+    return check_bytes(encode_trace(header, trace.events))
 
 
 def accepted(trace: Trace) -> None:
