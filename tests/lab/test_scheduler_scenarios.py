@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from kvclaims.lab.scheduler_scenarios import HOSTILE_METADATA, SCENARIOS, ScenarioResult
-from kvclaims.lab.seed_cases import SWEEP_POOLS as SWEEP_CAPACITIES
+from kvclaims.lab.seed_cases import SWEEP_POOLS
 from kvclaims.refinement import check_trace
 
 pytestmark = pytest.mark.vllm
@@ -62,7 +62,7 @@ def test_hard_claim_refuses_the_infeasible_prefill(results: dict[str, ScenarioRe
 
 def test_capacity_sweep(results: dict[str, ScenarioResult]) -> None:
     rows = []
-    for usable in SWEEP_CAPACITIES:
+    for usable in SWEEP_POOLS:
         native = numbers(results, f"sweep-native-{usable}")
         hard = numbers(results, f"sweep-hard-{usable}")
         lost = max(0, RESIDENT + ACTIVE - usable)
