@@ -6,9 +6,11 @@ real scheduler with fabricated model outputs) or `engine` (`vllm.LLM` end to end
 model). Each lane keeps its own mechanics (how a prefix is computed, what a step is) and takes
 the case's inputs from here: the claim's mode and id, the usable pool, the resident prefix and
 the live blocks the active request needs. Whatever lane runs a case reports the numbers of
-`NUMBERS` it measured (`micro_scenarios.seed_case_numbers`, `scheduler_scenarios.seed_case_numbers`,
-`engine_scenarios.seed_case_numbers`); `tests/lab/test_seed_cases.py` checks that every lane a
-case names gives exactly `expect`.
+`NUMBERS` it measured: `micro_scenarios.seed_case_numbers(case)` on the MicroRuntime; on the
+vLLM lanes, the `seed_case` entry of the case's scenario's numbers (`case.scenario(lane)`).
+`trace_numbers` reads the ones a trace shows, the same way for every lane; each lane adds what
+only its cache can say. `tests/lab/test_seed_cases.py` checks that every lane a case names
+gives exactly `expect`.
 
 `expect` is the seeds' arithmetic written out (60 + 70 = 130 > 80, shortfall 50), never
 computed by a runtime. Lane-specific numbers (engine steps, finish reasons, timings) stay in each
