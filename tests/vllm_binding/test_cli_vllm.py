@@ -2,30 +2,21 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import pytest
 
-from kvclaims.cli import COMMANDS
+from kvclaims.cli import COMMANDS, main
 from kvclaims.cli import vllm as vllm_cli
-from kvclaims.cli._common import Exit, print_problems
+from kvclaims.cli._common import Exit
 from kvclaims.lab.scheduler_scenarios import SCENARIOS
-from kvclaims.spec.errors import InputError
 from kvclaims.vllm_binding import plugin
 
 
 def run_cli(argv: list[str]) -> int:
-    """`kvclaims vllm ...` exactly as `kvclaims.cli.main` dispatches it."""
-    parser = argparse.ArgumentParser(prog="kvclaims")
-    vllm_cli.register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(argv)
-    try:
-        return int(args.run(args))
-    except InputError as error:
-        print_problems(error.problems)
-        return Exit.invalid_input
+    """`kvclaims vllm ...` through the command line's own entry (`kvclaims.cli.main`)."""
+    return main(argv)
 
 
 def test_vllm_is_a_kvclaims_command() -> None:
