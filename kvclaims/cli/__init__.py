@@ -10,7 +10,6 @@ file, line and field, exit code 2, never a traceback.
 
 from __future__ import annotations
 
-import errno
 import importlib
 import os
 import sys
@@ -51,6 +50,12 @@ class _Commands(click.Group):
         if cmd_name not in COMMANDS:
             return None
         return importlib.import_module(f"kvclaims.cli.{cmd_name}").command
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:  # before click's own handler, which would exit 1 ("not sound")
+            return _quiet_broken_pipe()
 
 
 def versions() -> str:
@@ -115,12 +120,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return error.exit_code
     except click.Abort:
         return 130
-    except BrokenPipeError:
-        return _quiet_broken_pipe()
-    except OSError as error:
-        if error.errno != errno.EPIPE:
-            raise
-        return _quiet_broken_pipe()
     return int(code) if code is not None else Exit.ok
 
 
