@@ -116,11 +116,13 @@ def demo_stage(out: Path) -> str:
     report = run_adversary(rows, out / "adversary", budget_s=300)
     traces = generate(out / "adversary", check_bytes)
     failures = len(report.not_failing_closed) + len(report.disagreements) + len(traces.missing_classes)
+    closed = "all" if not report.not_failing_closed else f"{len(report.not_failing_closed)} NOT"
+    targeted = "each" if not traces.missing_classes else f"{len(traces.missing_classes)} classes NOT"
     summary = (
-        f"{report.distinct} adversarial descriptors in {len(report.by_class)}/{len(CLASSES)} classes "
-        f"from {len(rows)} positive rows ({report.rate:.0f}/s), all failing closed: "
-        f"{not report.not_failing_closed}; {len(traces.written)} BMC traces, each rejected with its "
-        f"targeted rule: {not traces.missing_classes}"
+        f"{report.distinct} near-miss descriptors in {len(report.by_class)}/{len(CLASSES)} classes "
+        f"from {len(rows)} sound rows ({report.rate:.0f}/s), {closed} failing closed; "
+        f"{len(traces.written)} rule-breaking traces found by bounded model checking, {targeted} "
+        "rejected by the rule it breaks"
     )
     if failures or not report.complete:
         raise RuntimeError(summary)

@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     return report.run_stages(
         args.out,
         stages,
-        title="kvclaims demo",
+        title="kvclaims demo report",
         force=getattr(args, "force", False),
         as_json=getattr(args, "json", False),
     )

@@ -77,7 +77,9 @@ def run(args: argparse.Namespace) -> int:
         stages.append(("check every trace", functools.partial(check_every_trace, found)))
     timeline = functools.partial(accepted_trace, args.traces.parent) if args.traces else _no_trace
     stages.append(("pictures", functools.partial(pictures, sweep=False, timeline_from=timeline)))
-    return run_stages(args.out, stages, title="kvclaims report", force=args.force, as_json=args.json)
+    return run_stages(
+        args.out, stages, title="kvclaims report: your runtime", force=args.force, as_json=args.json
+    )
 
 
 def _no_trace(out: Path) -> None:
@@ -210,9 +212,8 @@ def _refuse_stale(out: Path, force: bool) -> None:
 def _console(*, quiet: bool) -> Console:
     """A console on a copy of the original stdout (stderr with --json), so progress still
     reaches the user while a stage's own output (and vLLM's logging) goes to its log file."""
-    stream_fd = sys.stderr.fileno() if quiet else sys.stdout.fileno()
     sys.stdout.flush()
-    stream = os.fdopen(os.dup(stream_fd), "w", buffering=1, encoding="utf-8", errors="replace")
+    stream = os.fdopen(os.dup(2 if quiet else 1), "w", buffering=1, encoding="utf-8", errors="replace")
     return Console(file=stream, highlight=False, soft_wrap=True)
 
 

@@ -216,8 +216,8 @@ def _headline(s: dict[str, Any], count: int) -> str:
             f"Continuum pins: stock peak {stock['peak_pinned_fraction']:.0%} of pool, "
             f"{stock['steps_nothing_ran_while_requests_waited']} stalled steps unattributed; claims peak "
             f"{claims['peak_pinned_fraction']:.0%}, {claims['claims_rejected']} rejected explicitly",
-            "hybrid corruption -> restoration_failed "
-            + str(s["hybrid-two-key-resume"]["turn_3"]["restoration_failed"]),
+            "hybrid corruption -> restoration_failed for "
+            + ", ".join(map(str, s["hybrid-two-key-resume"]["turn_3"]["restoration_failed"])),
             "3 controls rejected",
         ]
     )

@@ -423,7 +423,7 @@ def engine_demo_stage(out: Path) -> str:
         f"{len(summary)} scenarios on vllm.LLM in {lane.start_seconds:.1f} s start + {seconds:.1f} s "
         f"({len(summary) - controls} accepted, {controls} controls as expected); path A restored "
         f"{summary['path-a-restore']['reuse_num_cached_tokens']} tokens from the CPU tier; path B refused "
-        f"naming {path_b['reuse_refused_blocking']} {latency:.0f} us after the failed load was reported"
+        f"naming {', '.join(map(str, path_b['reuse_refused_blocking'] or [])) or 'no claim'} {latency:.0f} us after the failed load was reported"
     )
 
 

@@ -87,11 +87,15 @@ def write_manifest(out: Path, *, before: dict[Path, tuple[int, int]]) -> Path:
     return target
 
 
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def write_report(out: Path, records: list[StageRecord], total_seconds: float, *, title: str) -> Path:
     """Write OUT/REPORT.md from `records` and the files the stages left in OUT."""
     used: set[tuple[str, str]] = set()
     sections = [
-        f"# {title} report",
+        f"# {title}",
         _verdict_line(records, total_seconds),
         _conformance_of_surfaces(out, used),
         _conformance_of_run(out, used),
@@ -150,7 +154,8 @@ def _conformance_of_surfaces(out: Path, used: set[tuple[str, str]]) -> str:
     used.update(("mode", mode) for mode in modes)
     used.add(("other", "depth"))
     verdict = (
-        f"**{len(sound_modes)} of {len(surfaces)} surfaces keep at least one kind of claim soundly**"
+        f"**{len(sound_modes)} of {plural(len(surfaces), 'surface')} can keep at least one kind of claim "
+        "soundly**"
         + (
             " (" + "; ".join(f"{name}: {', '.join(found)}" for name, found in sound_modes.items()) + ")."
             if sound_modes
@@ -183,7 +188,8 @@ def _conformance_of_run(out: Path, used: set[tuple[str, str]]) -> str:
     elif not wrong:
         verdict = (
             f"**Yes: all {len(checks)} traces got the verdict they should** "
-            f"({len(checks) - len(controls)} runs accepted, {len(controls)} controls not accepted)."
+            f"({plural(len(checks) - len(controls), 'run')} accepted, "
+            f"{plural(len(controls), 'control')} not accepted)."
         )
     else:
         verdict = f"**No: {len(wrong)} of {len(checks)} traces did not get the verdict they should** (below)."
