@@ -419,11 +419,12 @@ def engine_demo_stage(out: Path) -> str:
     path_b = summary["path-b-restore-failure"]
     latency = path_b["failure_to_outcome_ns"][0] / 1000 if path_b["failure_to_outcome_ns"] else float("nan")
     controls = sum(1 for s in ENGINE_SCENARIOS.values() if s.control)
+    blocking = ", ".join(map(str, path_b["reuse_refused_blocking"] or [])) or "no claim"
     return (
         f"{len(summary)} scenarios on vllm.LLM in {lane.start_seconds:.1f} s start + {seconds:.1f} s "
         f"({len(summary) - controls} accepted, {controls} controls as expected); path A restored "
         f"{summary['path-a-restore']['reuse_num_cached_tokens']} tokens from the CPU tier; path B refused "
-        f"naming {', '.join(map(str, path_b['reuse_refused_blocking'] or [])) or 'no claim'} {latency:.0f} us after the failed load was reported"
+        f"naming {blocking} {latency:.0f} us after the failed load was reported"
     )
 
 
