@@ -1,6 +1,7 @@
 """Judge which protection modes a runtime descriptor lowers, and at which adapter depth.
 
-FILE is a descriptor (YAML), a directory of them, or `-` for one descriptor on stdin. Rows are
+FILE is a descriptor (YAML), a directory of them, or `-` for one descriptor on stdin; without
+FILE, the descriptors shipped with kvclaims. Rows are
 each descriptor's `lowerings` (or every mode at every depth), narrowed by `--mode` / `--depth`
 (both repeatable). `--json` prints one JSON object per row (JSON lines). Exit 0 when every
 judged row is sound, 1 when one is not, 2 on invalid input.
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import click
 
+from kvclaims.bundled import DESCRIPTORS
 from kvclaims.cli._common import Exit, json_option, print_json_lines, print_table, runs
 from kvclaims.spec.errors import InputError
 from kvclaims.spec.tables import OBLIGATION_CODES
@@ -33,6 +35,9 @@ def run(args: argparse.Namespace) -> int:
 @contextmanager
 def _stdin_as_file(files: tuple[str, ...]) -> Iterator[list[str]]:
     """`-` becomes a temporary `stdin.yaml` (the descriptor loader reads files, and names them)."""
+    if not files:
+        yield [str(DESCRIPTORS)]
+        return
     if "-" not in files:
         yield list(files)
         return
@@ -103,7 +108,7 @@ def _print_explanations(verdicts: list) -> None:
 @click.command(
     "lower", help=__doc__, short_help="judge which modes a runtime descriptor lowers, at which adapter depth"
 )
-@click.argument("files", nargs=-1, required=True, metavar="FILE...")
+@click.argument("files", nargs=-1, metavar="[FILE]...")
 @click.option(
     "--mode", multiple=True, type=click.Choice([m.value for m in ProtectionMode]), help="repeatable"
 )

@@ -1,4 +1,5 @@
-"""The lowering matrix of the descriptors in DIR, as Markdown, JSON and a heatmap PNG.
+"""The lowering matrix of the descriptors in DIR (default: the shipped ones), as Markdown, JSON
+and a heatmap PNG.
 
 Writes `lowering-matrix.md`, `lowering-matrix.json` and `lowering-matrix.png` into OUT,
 regenerated from the descriptors in DIR. `--check` compares the Markdown and JSON against OUT
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from kvclaims.bundled import DESCRIPTORS
 from kvclaims.cli._common import Exit, PathType, out_option, runs, stderr_console
 
 OUTPUTS = ("lowering-matrix.md", "lowering-matrix.json")
@@ -56,7 +58,7 @@ def _read(path: Path) -> str | None:
     help=__doc__,
     short_help="regenerate the lowering matrix (Markdown, JSON, heatmap PNG) from descriptors",
 )
-@click.argument("directory", type=PathType, metavar="DIR")
+@click.argument("directory", type=PathType, metavar="[DIR]", default=DESCRIPTORS)
 @out_option("folder to write (or, with --check, to compare with)", required=True)
 @click.option("--check", is_flag=True, help="write nothing; exit 1 if OUT's md/json drifted")
 @click.option("--no-png", is_flag=True, help="skip the heatmap")
