@@ -197,9 +197,14 @@ def draw_profile(graph: nx.DiGraph, names: list[str]) -> object:
     axes.set_xlim(min(xs) - 1.8, max(xs) + 1.8)
     axes.set_ylim(min(ys) - 2.2, max(ys) + 1.6)
     axes.axis("off")
+    backwards = any(column[u] >= column[v] for u, v in graph.edges if u != v)
     axes.set_title(
         f"Claim lifecycle: {' / '.join(names)} claims\n"
-        "blue: forward; pink: back (restored, restoration refused, ...)",
+        + (
+            "blue: forward; pink: back (restored, restoration refused, ...)"
+            if backwards
+            else "arrows: forward"
+        ),
         fontsize=12,
     )
     figure.text(0.01, 0.01, note, fontsize=8, va="bottom", ha="left", color="#444444", wrap=True)
