@@ -81,10 +81,27 @@ def trace_files(targets: list[Path]) -> list[Path]:
     return found
 
 
+def _say_skipped(targets: list[Path]) -> None:
+    """Name the files a directory held that are not checked (their suffix is not a trace's)."""
+    skipped = [
+        p
+        for target in targets
+        if target != STDIN and target.is_dir()
+        for p in sorted(target.rglob("*"))
+        if p.is_file() and p.suffix not in TRACE_SUFFIXES
+    ]
+    if skipped:
+        names = ", ".join(str(p) for p in skipped[:5]) + (", ..." if len(skipped) > 5 else "")
+        stderr_console().print(
+            f"skipped {len(skipped)} files that are not traces (not {', '.join(TRACE_SUFFIXES)}): {names}"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     from kvclaims.refinement.verdict import Outcome
 
     files = trace_files(args.traces)
+    _say_skipped(args.traces)
     if not files:
         stderr_console().print("[bold red]error:[/] no trace files found")
         return EXIT_CODES["invalid"]
@@ -251,13 +268,13 @@ class _progress:
             self._bar.stop()
 
 
-def _print_one(verdict: Any) -> None:
+def _print_one(verdict: Any, console: Any = None) -> None:
     """The shared plain-text rendering (`kvclaims.refinement.rendering`), the outcome coloured."""
     from rich.markup import escape
 
     from kvclaims.refinement.rendering import OFFENDING_MARKER, verdict_lines
 
-    console = stdout_console()
+    console = console or stdout_console()
     outcome = verdict.outcome.value
     first, *rest = verdict_lines(verdict)
     console.print(f"[{OUTCOME_STYLES[outcome]}]{outcome}[/]{escape(first.removeprefix(outcome))}")
@@ -292,6 +309,9 @@ def _print_summary(verdicts: list[Any]) -> None:
         if totals[outcome]
     )
     stderr_console().print(f"{len(verdicts)} traces: {counted}")
+    for verdict in verdicts:
+        if verdict.outcome is Outcome.rejected:  # the table has one line; here is its counterexample
+            _print_one(verdict, stderr_console())
 
 
 def _write_evidence(out: Path, files: list[Path], verdicts: list[Any]) -> int:

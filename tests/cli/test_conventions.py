@@ -144,3 +144,15 @@ def test_no_stack_trace_for_bad_options() -> None:
     result = kvclaims("check", "x.ndjson", "--jobs", "0")
     assert result.returncode == 2 and b"Traceback" not in result.stderr and b"--jobs" in result.stderr
     assert os.path.exists(REPOSITORY / "README.md")
+
+
+def test_a_folder_run_names_skipped_files_and_shows_each_rejections_counterexample(tmp_path: Path) -> None:
+    _trace(tmp_path, "good.ndjson")
+    _trace(tmp_path, "bad.ndjson", broken=True)
+    (tmp_path / "notes.txt").write_text("not a trace")
+    result = kvclaims("check", str(tmp_path))
+    assert result.returncode == 1
+    error = result.stderr.decode()
+    assert "skipped 1 files that are not traces" in error and "notes.txt" in error
+    assert f"rejected {tmp_path / 'bad.ndjson'}" in error and "rule: " in error
+    assert len(result.stdout.decode().splitlines()) == 3  # the table: header and one line per trace
