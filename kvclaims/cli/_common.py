@@ -61,6 +61,20 @@ def out_option(help: str, *, default: Path | None = None, required: bool = False
     )
 
 
+def descriptors_option(help: str):
+    """`--descriptors DIR`: runtime descriptors to read, by default the ones shipped with kvclaims."""
+    from kvclaims.bundled import DESCRIPTORS
+
+    return click.option(
+        "--descriptors",
+        type=PathType,
+        default=DESCRIPTORS,
+        show_default="the shipped descriptors",
+        metavar="DIR",
+        help=help,
+    )
+
+
 json_option = click.option("--json", is_flag=True, help="print JSON lines instead of tables")
 force_option = click.option("--force", is_flag=True, help="write into a non-empty --out folder")
 

@@ -25,7 +25,7 @@ import click
 from kvclaims.bundled import DESCRIPTORS
 from kvclaims.cli._common import (
     Exit,
-    PathType,
+    descriptors_option,
     json_option,
     out_option,
     print_json,
@@ -139,14 +139,7 @@ def demo_stage(out: Path) -> str:
     "--budget", type=float, default=300.0, show_default=True, metavar="SECONDS", help="descriptor search cap"
 )
 @click.option("--seed", type=int, default=0, show_default=True, metavar="N", help="solver seed")
-@click.option(
-    "--descriptors",
-    type=PathType,
-    default=DESCRIPTORS,
-    show_default="the shipped descriptors",
-    metavar="DIR",
-    help="positive rows",
-)
+@descriptors_option("positive rows")
 @click.option("--no-traces", is_flag=True, help="descriptors only")
 @json_option
 def command(**options: object) -> int:

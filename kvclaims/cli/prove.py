@@ -22,10 +22,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from kvclaims.bundled import DESCRIPTORS
 from kvclaims.cli._common import (
     Exit,
-    PathType,
+    descriptors_option,
     json_option,
     out_option,
     print_json_lines,
@@ -173,14 +172,7 @@ def demo_stage(out: Path) -> str:
 @click.argument("names", nargs=-1, metavar="[NAME]...")
 @out_option("write the results here (or, with --check, compare with them); default: write nothing")
 @click.option("--check", is_flag=True, help="compare with -o DIR instead of writing")
-@click.option(
-    "--descriptors",
-    type=PathType,
-    default=DESCRIPTORS,
-    show_default="the shipped descriptors",
-    metavar="DIR",
-    help="descriptors for the native-upgrades table",
-)
+@descriptors_option("descriptors for the native-upgrades table")
 @click.option("--list", is_flag=True, help="list the obligations and exit")
 @json_option
 def command(**options: object) -> int:
