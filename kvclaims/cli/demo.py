@@ -1,18 +1,19 @@
-"""The main job, end to end on the bundled inputs: `kvclaims report` on the shipped descriptors
-and bundled traces, plus every trace this run makes.
+"""The main job, end to end on the bundled inputs: `kvclaims report` on the shipped descriptors and
+bundled traces, plus every trace this run makes.
 
 Runs every stage in order: the lowering matrix over the shipped descriptors, the JSON Schemas,
-the bundled trace corpus (the traces the shipped descriptors cite as evidence), the MicroRuntime
-scenarios, the Z3 proofs, the adversary, the vLLM scheduler and engine lanes (skipped, and said
-so, when vLLM is not installed), a refinement check of every trace this run wrote, and the
-pictures. Then writes DIR/REPORT.md, the one document that answers: does my runtime surface
-conform, did this run conform, are the rules sound.
+an external labelled trace corpus when this machine has one (skipped, and said so, otherwise),
+the MicroRuntime scenarios, the Z3 proofs, the adversary, the vLLM scheduler and engine lanes
+(skipped, and said so, when vLLM is not installed), a refinement check of every trace this run
+wrote, and the pictures; the check of every trace includes the bundled trace corpus (the traces
+the shipped descriptors cite as evidence). Then writes DIR/REPORT.md, the one document that
+answers: does my runtime surface conform, did this run conform, are the rules sound.
 
-Progress is shown while it runs (plain lines when output is piped); each stage's own output
-goes to DIR/logs/<stage>.log. A failing stage does not stop the run: it is recorded, the other
-stages still run, and it is named in the final table and in REPORT.md. DIR must be empty or new
-(`--force` writes into a non-empty one); DIR/manifest.json lists exactly the files the run wrote.
-`--stages` runs only the named stages (comma-separated, as the table names them).
+Progress is shown while it runs (plain lines when output is piped); each stage's own output goes
+to DIR/logs/<stage>.log. A failing stage does not stop the run: it is recorded, the other stages
+still run, and it is named in the final table and in REPORT.md. DIR must be empty or new
+(`--force` writes into a non-empty one); DIR/manifest.json lists exactly the files the run
+wrote. `--stages` runs only the named stages (comma-separated, as the table names them).
 
 Exit status: 0 when every stage succeeded or was skipped, 1 when any stage failed, 2 on bad
 input.
@@ -50,6 +51,25 @@ def _schemas(out: Path) -> str:
     return f"{len(write_schemas(out / 'schemas'))} JSON Schemas written"
 
 
+def _external_corpus(out: Path) -> str:
+    """The seed artifact's labelled corpus, when this machine has it (`$KVCLAIMS_CORPUS`, or
+    `shared/corpus` beside a checkout): each verdict beside the label its source gave."""
+    from collections import Counter
+
+    from kvclaims.refinement.corpus import SUMMARY_COLUMNS, check_corpus, default_corpus, summary_rows
+    from kvclaims.report.markdown import markdown_table
+
+    corpus = default_corpus()
+    if not corpus.is_dir():
+        return f"{NOT_RUN}no external trace corpus on this machine (set KVCLAIMS_CORPUS to one)"
+    results = check_corpus(corpus)
+    table = markdown_table(SUMMARY_COLUMNS, summary_rows(results))
+    (out / "corpus-verdicts.md").write_text(table + "\n", encoding="utf-8")
+    counts = Counter(verdict.outcome.value for _, verdict in results)
+    tally = ", ".join(f"{counts[o]} {o}" for o in ("accepted", "rejected", "inconclusive", "invalid"))
+    return f"{len(results)} external corpus traces checked: {tally} (corpus-verdicts.md)"
+
+
 def _bundled_traces() -> list[FoundTrace]:
     from kvclaims.cli.check import trace_files
     from kvclaims.report.verdicts import folder_traces
@@ -76,6 +96,7 @@ def _demo_timeline(out: Path) -> tuple[Path, str] | None:
 STAGES: tuple[tuple[str, Stage], ...] = (
     ("lowering matrix", functools.partial(report.lowering_matrix, DESCRIPTORS)),
     ("schemas", _schemas),
+    ("external trace corpus", _external_corpus),
     ("MicroRuntime scenarios", scenario_demo_stage),
     ("proofs (Z3)", prove_demo_stage),
     ("adversary (Z3)", adversary_demo_stage),
