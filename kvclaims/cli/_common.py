@@ -79,11 +79,9 @@ json_option = click.option("--json", is_flag=True, help="print JSON lines instea
 force_option = click.option("--force", is_flag=True, help="write into a non-empty --out folder")
 
 
-def legacy_alias(old: str, new: str, *, metavar: str | None = None, is_flag: bool = False, **kwargs: Any):
-    """A hidden old spelling of an option renamed for consistency; `merge_legacy` folds it in."""
-    return click.option(
-        old, f"legacy_{new}", hidden=True, default=None, metavar=metavar, is_flag=is_flag, **kwargs
-    )
+def legacy_alias(old: str, new: str, **kwargs: Any):
+    """A hidden old spelling of an option renamed for consistency; `runs` folds it into `new`."""
+    return click.option(old, f"legacy_{new}", hidden=True, default=None, **kwargs)
 
 
 def runs(run: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
@@ -97,7 +95,6 @@ def runs(run: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
                 options[key.removeprefix("legacy_")] = value
         return run(argparse.Namespace(**options))
 
-    callback.__doc__ = run.__doc__
     return callback
 
 
