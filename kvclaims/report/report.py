@@ -189,7 +189,7 @@ def _conformance_of_run(out: Path, used: set[tuple[str, str]]) -> str:
         verdict = (
             f"**Yes: all {len(checks)} traces got the verdict they should** "
             f"({plural(len(checks) - len(controls), 'run')} accepted, "
-            f"{plural(len(controls), 'control')} not accepted)."
+            f"{plural(len(controls), 'control')} caught as their scenario expects)."
         )
     else:
         verdict = f"**No: {len(wrong)} of {len(checks)} traces did not get the verdict they should** (below)."
