@@ -49,8 +49,8 @@ def test_the_report_answers_each_question_in_a_sentence(report_run: tuple[int, P
     report = (out / "REPORT.md").read_text()
     assert "**0 of 1 surface can keep at least one kind of claim soundly**" in report
     assert (
-        "**Yes: all 4 traces got the verdict they should** (3 runs accepted, 1 control caught as their scenario expects)"
-        in report
+        "**Yes: all 4 traces got the verdict they should** "
+        "(3 runs accepted, 1 control caught as their scenario expects)" in report
     )
     assert "Not answered in this run" in report.split("## 3.")[1].split("##")[0]
 

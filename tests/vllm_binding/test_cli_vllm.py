@@ -192,6 +192,8 @@ def test_engine_demo_stage_runs_every_engine_scenario(tmp_path: Path) -> None:
     from kvclaims.lab.engine_scenarios import ENGINE_SCENARIOS
 
     headline = vllm_cli.engine_demo_stage(tmp_path)
-    assert f"{len(ENGINE_SCENARIOS)} scenarios on vllm.LLM" in headline and "['claim:A']" in headline
+    assert (
+        f"{len(ENGINE_SCENARIOS)} scenarios on vllm.LLM" in headline and "refused naming claim:A " in headline
+    )
     summary = json.loads((tmp_path / "vllm-engine" / "summary.json").read_text())
     assert set(summary) == set(ENGINE_SCENARIOS)
