@@ -123,6 +123,23 @@ def print_json_lines(values: Iterable[dict[str, Any]]) -> None:
         print_json(value)
 
 
+def print_written(paths: Iterable[Path], *, as_json: bool) -> None:
+    """The files a command wrote: one path per line, or one JSON line `{"written": [...]}`."""
+    paths = [str(p) for p in paths]
+    if as_json:
+        print_json({"written": paths})
+    else:
+        sys.stdout.write("".join(f"{p}\n" for p in paths))
+
+
+def print_names(names: Iterable[str], *, as_json: bool) -> None:
+    """A `--list`: one name per line, or one JSON line `{"name": ...}` per name."""
+    if as_json:
+        print_json_lines({"name": name} for name in names)
+    else:
+        sys.stdout.write("".join(f"{name}\n" for name in names))
+
+
 def print_table(
     title: str, columns: Sequence[str], rows: Iterable[Sequence[str]], *, keys: Sequence[str] = ()
 ) -> None:

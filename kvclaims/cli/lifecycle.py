@@ -15,7 +15,7 @@ import sys
 
 import click
 
-from kvclaims.cli._common import Exit, legacy_alias, print_table, runs
+from kvclaims.cli._common import Exit, json_option, legacy_alias, print_json_lines, print_table, runs
 from kvclaims.spec.vocabulary import ProtectionMode
 
 
@@ -49,7 +49,9 @@ def run(args: argparse.Namespace) -> int:
         graph = lifecycle_graph(profile)
         graph.remove_nodes_from([p for p in list(graph.nodes) if p not in reachable_phases(profile)])
         title = f"claim lifecycle, {f'mode {args.mode}, ' if args.mode else ''}{profile_name(profile)}"
-    if args.as_ == "mermaid":
+    if args.json:
+        print_json_lines({"from": f, "events": e, "to": t} for f, e, t in transition_rows(graph))
+    elif args.as_ == "mermaid":
         sys.stdout.write(to_mermaid(graph))
     elif args.as_ == "dot":
         sys.stdout.write(to_dot(graph))
@@ -71,5 +73,6 @@ RENDERINGS = ("table", "mermaid", "dot")
 @click.option("--profile", metavar="P", help="a claim profile instead of a mode (see above)")
 @click.option("--as", "as_", type=click.Choice(RENDERINGS), default="table", help="rendering (default table)")
 @legacy_alias("--format", "as_", type=click.Choice(RENDERINGS))
+@json_option
 def command(**options: object) -> int:
     return runs(run)(**options)

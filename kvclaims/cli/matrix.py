@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from kvclaims.bundled import DESCRIPTORS
-from kvclaims.cli._common import Exit, PathType, out_option, runs, stderr_console
+from kvclaims.cli._common import Exit, PathType, json_option, out_option, print_written, runs, stderr_console
 
 OUTPUTS = ("lowering-matrix.md", "lowering-matrix.json")
 
@@ -37,15 +37,15 @@ def run(args: argparse.Namespace) -> int:
             )
         return Exit.not_sound if drifted else Exit.ok
     args.out.mkdir(parents=True, exist_ok=True)
+    written = []
     for name, text in texts.items():
         (args.out / name).write_text(text, encoding="utf-8")
-        print(args.out / name)
+        written.append(args.out / name)
     if not args.no_png:
         from kvclaims.report.heatmap import render_heatmap
 
-        png = args.out / "lowering-matrix.png"
-        render_heatmap(rows, png)
-        print(png)
+        written.append(render_heatmap(rows, args.out / "lowering-matrix.png"))
+    print_written(written, as_json=args.json)
     return Exit.ok
 
 
@@ -62,5 +62,6 @@ def _read(path: Path) -> str | None:
 @out_option("folder to write (or, with --check, to compare with)", required=True)
 @click.option("--check", is_flag=True, help="write nothing; exit 1 if OUT's md/json drifted")
 @click.option("--no-png", is_flag=True, help="skip the heatmap")
+@json_option
 def command(**options: object) -> int:
     return runs(run)(**options)

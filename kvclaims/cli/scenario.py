@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from kvclaims.cli._common import (
     json_option,
     out_option,
     print_json,
+    print_names,
     print_table,
     runs,
     stdout_console,
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from kvclaims.spec.errors import InputError, Problem
 
     if args.list:
-        sys.stdout.write("".join(f"{name}\n" for name in SCENARIOS))
+        print_names(SCENARIOS, as_json=args.json)
         return Exit.ok
     if (args.name is None) == (args.file is None):
         raise InputError([Problem("kvclaims scenario", "give a scenario NAME or --file SPEC (not both)")])

@@ -10,12 +10,20 @@ fails when the documents in DOCS differ from what DIR's schemas render.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import click
 
-from kvclaims.cli._common import Exit, PathType, out_option, print_json, runs, stderr_console
+from kvclaims.cli._common import (
+    Exit,
+    PathType,
+    json_option,
+    out_option,
+    print_json,
+    print_written,
+    runs,
+    stderr_console,
+)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,8 +42,7 @@ def run(args: argparse.Namespace) -> int:
         written = write_schemas(args.out)
         if args.docs is not None:
             written += write_docs(args.out, args.docs)
-        for path in written:
-            sys.stdout.write(f"{path}\n")
+        print_written(written, as_json=args.json)
         return Exit.ok
     if args.check is not None:
         drifted = [Path(args.check) / name for name in drifted_schemas(Path(args.check))]
@@ -69,5 +76,6 @@ def run(args: argparse.Namespace) -> int:
     metavar="DOCS",
     help="also render (or, with --check, check) the format references in DOCS",
 )
+@json_option
 def command(**options: object) -> int:
     return runs(run)(**options)

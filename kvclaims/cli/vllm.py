@@ -29,7 +29,9 @@ from kvclaims.cli._common import (
     json_option,
     out_option,
     print_json,
+    print_names,
     print_table,
+    print_written,
     runs,
     stderr_console,
     stdout_console,
@@ -63,7 +65,7 @@ def _run_scenario(args: argparse.Namespace) -> int:
 
     if args.list:
         names = engine_scenario_names() if args.lane == "engine" else scenario_names(args.lane)
-        sys.stdout.write("".join(f"{name}\n" for name in names))
+        print_names(names, as_json=args.json)
         return Exit.ok
     if args.name is None:
         raise InputError([Problem("kvclaims vllm scenario", "give a scenario NAME, or --list")])
@@ -199,7 +201,7 @@ def _run_tiny_model(args: argparse.Namespace) -> int:
         reason = f"needs torch and transformers, installed with vLLM (make setup-vllm): {error}"
         print_problems([Problem("kvclaims vllm tiny-model", reason)])
         return Exit.invalid_input
-    stdout_console().print(f"tiny random-weight Llama written to {path}")
+    print_written([path], as_json=args.json)
     return Exit.ok
 
 
@@ -251,10 +253,10 @@ def _run_descriptor(args: argparse.Namespace) -> int:
         if current != text:
             stderr_console().print(f"[bold red]{args.out} differs from what {args.source} generates[/]")
             return Exit.not_sound
-        stdout_console().print(f"{args.out} is what {args.source} generates")
+        stderr_console().print(f"{args.out} is what {args.source} generates")
         return Exit.ok
     args.out.write_text(text, encoding="utf-8")
-    stdout_console().print(f"descriptor written: {args.out}")
+    print_written([args.out], as_json=args.json)
     return Exit.ok
 
 
@@ -472,6 +474,7 @@ def _fuzz_command(**options: object) -> int:
 
 @command.command("tiny-model")
 @click.argument("directory", type=PathType, metavar="DIR")
+@json_option
 def _tiny_model_command(**options: object) -> int:
     """Build the engine lane's tiny random-weight Llama in DIR (needs torch and transformers)."""
     return runs(_run_tiny_model)(**options)
@@ -494,6 +497,7 @@ def _repeat_command(**options: object) -> int:
 )
 @out_option("descriptor file to write (or, with --check, compare with)", required=True, metavar="FILE")
 @click.option("--check", is_flag=True, help="write nothing; exit 1 if FILE differs from what DIR generates")
+@json_option
 def _descriptor_command(**options: object) -> int:
     """Generate the binding's descriptor from refinement-accepted engine-lane traces."""
     return runs(_run_descriptor)(**options)

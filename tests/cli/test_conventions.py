@@ -156,3 +156,31 @@ def test_a_folder_run_names_skipped_files_and_shows_each_rejections_counterexamp
     assert "skipped 1 files that are not traces" in error and "notes.txt" in error
     assert f"rejected {tmp_path / 'bad.ndjson'}" in error and "rule: " in error
     assert len(result.stdout.decode().splitlines()) == 3  # the table: header and one line per trace
+
+
+@pytest.mark.parametrize(
+    ("name", "command"),
+    [(n, c) for n, c in every_command() if not isinstance(c, click.Group)],
+    ids=[n for n, c in every_command() if not isinstance(c, click.Group)],
+)
+def test_every_command_has_json(name: str, command: click.Command) -> None:
+    assert "json" in {p.name for p in command.params}, name
+
+
+def test_json_lines_from_lists_lifecycle_matrix_and_schema(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def lines() -> list[dict]:
+        return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+    assert main(["scenario", "--list", "--json"]) == 0
+    assert {"name": "hard-claim-60-70-80"} in lines()
+    assert main(["lifecycle", "--mode", "best_effort", "--json"]) == 0
+    assert all(set(row) == {"from", "events", "to"} for row in lines())
+    assert main(["matrix", "-o", str(tmp_path / "m"), "--no-png", "--json"]) == 0
+    (written,) = lines()
+    assert written == {
+        "written": [str(tmp_path / "m" / n) for n in ("lowering-matrix.md", "lowering-matrix.json")]
+    }
+    assert main(["schema", "-o", str(tmp_path / "s"), "--json"]) == 0
+    assert len(lines()[0]["written"]) == 3
