@@ -200,11 +200,7 @@ def draw_profile(graph: nx.DiGraph, names: list[str]) -> object:
     backwards = any(column[u] >= column[v] for u, v in graph.edges if u != v)
     axes.set_title(
         f"Claim lifecycle: {' / '.join(names)} claims\n"
-        + (
-            "blue: forward; pink: back (restored, restoration refused, ...)"
-            if backwards
-            else "arrows: forward"
-        ),
+        + ("blue: forward; pink: back to an earlier phase" if backwards else "arrows: forward"),
         fontsize=12,
     )
     figure.text(0.01, 0.01, note, fontsize=8, va="bottom", ha="left", color="#444444", wrap=True)
