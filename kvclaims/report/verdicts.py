@@ -1,5 +1,6 @@
-"""Check every trace a demo run produced by refinement and judge each verdict against what its
-scenario is: a positive run must be accepted, a `control-*` run must not be.
+"""Check traces by refinement (those a demo run wrote in its lane folders, a user's folder, the
+bundled corpus) and judge each verdict against what its scenario is: a positive run must be
+accepted, a `control-*` run must not be.
 
 The engine lane's controls are the one refinement: each names its own expectation
 (`vllm_binding.engine_scenarios.Expectation`: rejected with a rule, or accepted while exporting
