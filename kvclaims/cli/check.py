@@ -42,7 +42,7 @@ from kvclaims.cli._common import (
     stdout_console,
 )
 from kvclaims.refinement.sources import AUTO, FORMATS
-from kvclaims.spec.errors import InputError
+from kvclaims.spec.errors import InputError, Problem
 
 if TYPE_CHECKING:
     from kvclaims.refinement.verdict import TraceVerdict
@@ -101,6 +101,10 @@ def run(args: argparse.Namespace) -> int:
     from kvclaims.refinement.verdict import Outcome
 
     files = trace_files(args.traces)
+    if STDIN in files and args.evidence_out is not None:
+        raise InputError(
+            [Problem("-", "--evidence-out needs trace files: an evidence item cites its trace's path")]
+        )
     _say_skipped(args.traces)
     if not files:
         stderr_console().print("[bold red]error:[/] no trace files found")

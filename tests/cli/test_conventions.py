@@ -184,3 +184,10 @@ def test_json_lines_from_lists_lifecycle_matrix_and_schema(
     }
     assert main(["schema", "-o", str(tmp_path / "s"), "--json"]) == 0
     assert len(lines()[0]["written"]) == 3
+
+
+def test_evidence_is_never_exported_from_stdin(tmp_path: Path) -> None:
+    good = _trace(tmp_path, "good.ndjson")
+    result = kvclaims("check", "-", "--evidence-out", str(tmp_path / "e.yaml"), stdin=good.read_bytes())
+    assert result.returncode == 2 and b"needs trace files" in result.stderr
+    assert not (tmp_path / "e.yaml").exists()
