@@ -36,9 +36,9 @@ Exit codes (every command):
   3  inconclusive (`check`: the checker could not decide, e.g. an unknown event type)
 
 \b
-Conventions: -o/--out names what a command writes; --json prints JSON lines (one object per
-line: one per record for check, lower and prove, one in all for the rest); `-` reads stdin
-where a command reads input (check, lower)."""
+Conventions: -o/--out names what a command writes; --json prints JSON lines, one object per
+line (one per record: a trace, a row, an obligation, a name of a --list; one line for a command
+with one result); `-` reads stdin where a command reads input (check, lower)."""
 """The top-level help's epilog (`\\b` keeps click from rewrapping it)."""
 
 
