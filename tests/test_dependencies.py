@@ -32,6 +32,7 @@ ROOT = "kvclaims"
 SEMANTICS = frozenset({"spec", "statemachine"})
 ALLOWED: dict[str, frozenset[str]] = {
     "spec": frozenset(),
+    "bundled": frozenset(),  # package data: paths only
     "statemachine": frozenset({"spec"}),
     "microruntime": SEMANTICS,
     "solver": SEMANTICS,

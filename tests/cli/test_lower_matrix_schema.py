@@ -62,7 +62,7 @@ def test_lower_json_row_shape_and_exit_code_for_a_sound_row(descriptors: Path) -
         "--json",
     )
     assert result.returncode == 0, result.stderr
-    (row,) = json.loads(result.stdout)
+    (row,) = [json.loads(line) for line in result.stdout.splitlines()]
     assert {k: row[k] for k in ("runtime", "surface", "mode", "depth", "label", "subtype", "missing")} == {
         "runtime": "example",
         "surface": "Example 1.0",
