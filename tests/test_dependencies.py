@@ -41,7 +41,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "lab": SEMANTICS | {"microruntime", "refinement", "vllm_binding"},
     "report": SEMANTICS | {"microruntime", "refinement", "lab", "solver"},
     "testing": SEMANTICS | {"microruntime", "refinement", "lab"},
-    "cli": SEMANTICS | {"microruntime", "solver", "refinement", "vllm_binding", "lab", "report"},
+    "cli": SEMANTICS | {"microruntime", "solver", "refinement", "vllm_binding", "lab", "report", "bundled"},
     "__main__": frozenset({"cli"}),
     "__init__": frozenset(),  # its public names are imported lazily, by name, via importlib
 }
