@@ -1,13 +1,16 @@
-"""`kvclaims check TRACE... [--format F] [--registry FILE] [--jobs N] [--json] [--evidence-out FILE]`:
-does each recorded trace refine the resident-claim model?
+"""`kvclaims check TRACE... [--format F] [--registry FILE] [--jobs N] [--json] [--strict]
+[--evidence-out FILE]`: does each recorded trace refine the resident-claim model?
 
 TRACE is a trace file or a directory (searched recursively for *.jsonl, *.ndjson, *.msgpack,
-*.kvevents). `--format auto` (the default) recognises kvclaims trace v1 and the foreign
-vocabularies: blockpool, offload-hook, pydev-connector, vllm-kv-events (which needs
-`--registry`, an external claim registry). A rejection prints its counterexample with the
-surrounding events; several traces print one summary table (in file order) and the totals by
-outcome. Several traces are checked in parallel, one process per core: `--jobs N` sets the
-number of processes, `--jobs 1` checks them one after another; the verdicts are the same.
+*.kvevents, each also gzip-compressed as *.gz). `--format auto` (the default) recognises
+kvclaims trace v1 and the foreign vocabularies: blockpool, offload-hook, pydev-connector,
+vllm-kv-events (which needs `--registry`, an external claim registry). A rejection prints its
+counterexample with the surrounding events; several traces print one summary table (in file
+order) and the totals by outcome. Several traces are checked in parallel, one process per
+core: `--jobs N` sets the number of processes, `--jobs 1` checks them one after another; the
+verdicts are the same.
+`--strict` makes a field outside trace v1 invalid input instead of context kept unchecked (a
+misspelt field is invalid either way).
 
 `--evidence-out FILE` writes the anchored evidence items (YAML, or JSON for *.json) that the
 traces supply, ready to cite in a runtime descriptor; it writes nothing unless every trace is
@@ -74,6 +77,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--json", action="store_true", help="one JSON verdict per trace")
     parser.add_argument(
+        "--strict", action="store_true", help="refuse fields outside trace v1 (default: keep as context)"
+    )
+    parser.add_argument(
         "--evidence-out", type=Path, metavar="FILE", help="write evidence items (accepted only)"
     )
     parser.set_defaults(run=run)
@@ -84,10 +90,14 @@ def trace_files(targets: list[Path]) -> list[Path]:
     found: list[Path] = []
     for target in targets:
         if target.is_dir():
-            found.extend(sorted(p for p in target.rglob("*") if p.is_file() and p.suffix in TRACE_SUFFIXES))
+            found.extend(sorted(p for p in target.rglob("*") if p.is_file() and _is_trace_name(p)))
         else:
             found.append(target)
     return found
+
+
+def _is_trace_name(path: Path) -> bool:
+    return Path(path.name.removesuffix(".gz")).suffix in TRACE_SUFFIXES
 
 
 def _positive(text: str) -> int:
@@ -106,7 +116,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_CODES["invalid"]
     jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
     with _count_progress(len(files)) as advance:
-        verdicts = check_files(files, format=args.format, registry=args.registry, jobs=jobs, on_done=advance)
+        verdicts = check_files(
+            files, format=args.format, registry=args.registry, jobs=jobs, on_done=advance, strict=args.strict
+        )
     if args.json:
         print_json([v.to_json() for v in verdicts] if len(verdicts) > 1 else verdicts[0].to_json())
     elif len(verdicts) == 1:
@@ -133,6 +145,7 @@ def check_files(
     registry: Path | None = None,
     jobs: int = 1,
     on_done: Callable[[], None] | None = None,
+    strict: bool = False,
 ) -> list[TraceVerdict]:
     """The verdict of each file, in the order of `files`, checked by `min(jobs, len(files))`
     worker processes (in this process when that is 1). `on_done` is called once per finished
@@ -143,13 +156,15 @@ def check_files(
         for path in files:
             # a byte bar per large file only when no bar over the traces is live (rich shows one)
             with _progress(path, alone=on_done is None) as progress:
-                verdicts.append(_check_one(path, format, registry, progress))
+                verdicts.append(_check_one(path, format, registry, strict, progress))
             if on_done is not None:
                 on_done()
         return verdicts
     found: list[Any] = [None] * len(files)  # every slot is filled before it is returned
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(_check_in_worker, path, format, registry): i for i, path in enumerate(files)}
+        futures = {
+            pool.submit(_check_in_worker, path, format, registry, strict): i for i, path in enumerate(files)
+        }
         try:
             for future in as_completed(futures):
                 result = future.result()
@@ -164,17 +179,21 @@ def check_files(
     return found
 
 
-def _check_one(path: Path, format: str, registry: Path | None, progress: Any = None) -> TraceVerdict:
+def _check_one(
+    path: Path, format: str, registry: Path | None, strict: bool, progress: Any = None
+) -> TraceVerdict:
     from kvclaims.refinement.api import check_trace
 
-    return check_trace(path, format=format, registry=registry, progress=progress)
+    return check_trace(path, format=format, registry=registry, progress=progress, strict=strict)
 
 
-def _check_in_worker(path: Path, format: str, registry: Path | None) -> TraceVerdict | list[Any]:
+def _check_in_worker(
+    path: Path, format: str, registry: Path | None, strict: bool
+) -> TraceVerdict | list[Any]:
     """A trace's verdict, or the problems of the `InputError` it raised: an InputError does not
     survive pickling (its constructor takes problems, its args hold text), its problems do."""
     try:
-        return _check_one(path, format, registry)
+        return _check_one(path, format, registry, strict)
     except InputError as error:
         return list(error.problems)
 

@@ -37,6 +37,7 @@ import msgspec
 
 from kvclaims.refinement.decoding import EVENT_NAME, EVENT_STRUCTS
 from kvclaims.refinement.ids import RetiredIds
+from kvclaims.refinement.reader import unknown_event_finding
 from kvclaims.refinement.verdict import Counterexample, ErrorClass, Finding, Witness
 from kvclaims.spec.capacity import capacity_problem
 from kvclaims.spec.claims import HybridTwoKey
@@ -439,9 +440,7 @@ class Checker:
         """An event type the format does not define: skipped, and the verdict can be at best
         inconclusive."""
         if self.first_unknown is None:
-            self.first_unknown = Finding(
-                ErrorClass.unknown_event, f"unknown event type {name!r} (not in the format)", line=line
-            )
+            self.first_unknown = unknown_event_finding(name, line)
 
     @property
     def _event(self) -> str:

@@ -6,7 +6,7 @@ not guess. Enums stay lax so that YAML and JSON strings validate to members.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -23,10 +23,14 @@ from kvclaims.spec.tables import LEGACY_OBLIGATION_ALIASES, MAX_IDENTIFIER_LENGT
 from kvclaims.spec.vocabulary import Obligation
 
 __all__ = [
+    "MAX_PREFIX_BLOCKS",
+    "FormatVersion",
     "Identifier",
     "NonNegativeInt",
     "ObligationName",
     "PositiveInt",
+    "PositivePrefixBlocks",
+    "PrefixBlocks",
     "SpecModel",
     "StrictBool",
     "StrictInt",
@@ -49,6 +53,28 @@ Text = StrictStr
 
 PositiveInt = Annotated[StrictInt, Field(ge=1)]
 NonNegativeInt = Annotated[StrictInt, Field(ge=0)]
+
+MAX_PREFIX_BLOCKS = 1 << 24
+"""The most blocks one claimed prefix may span: 16,777,216 blocks is 268M tokens at 16 tokens
+per block (16M even at one token per block), past every context length and every device pool.
+Refinement tracks a claim's blocks by position, so a number past any real prefix (2^62) is
+refused as invalid input, with its field, rather than sizing the checker's state."""
+
+PrefixBlocks = Annotated[StrictInt, Field(ge=0, le=MAX_PREFIX_BLOCKS)]
+"""A count of, or a position in, one prefix's blocks."""
+PositivePrefixBlocks = Annotated[StrictInt, Field(ge=1, le=MAX_PREFIX_BLOCKS)]
+
+
+def _exact_integer(value: Any) -> Any:
+    """Refuse what equals an integer without being one (`true`, `1.0`): a literal's lax
+    comparison would take them."""
+    if type(value) is not int:
+        raise ValueError(f"must be an integer, not {type(value).__name__} {value!r}")
+    return value
+
+
+FormatVersion = Annotated[Literal[1], BeforeValidator(_exact_integer)]
+"""A file format's version number: exactly the JSON/YAML integer 1."""
 
 
 def _normalise_obligation(value: Any) -> Any:
