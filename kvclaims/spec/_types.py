@@ -6,6 +6,7 @@ not guess. Enums stay lax so that YAML and JSON strings validate to members.
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -36,6 +37,7 @@ __all__ = [
     "StrictInt",
     "StrictStr",
     "Text",
+    "is_blank",
 ]
 
 
@@ -50,6 +52,18 @@ Identifier = Annotated[StrictStr, Field(min_length=1, max_length=MAX_IDENTIFIER_
 
 Text = StrictStr
 """Free text (notes, reasons); may be empty, which for anchors means "not anchored"."""
+
+_INVISIBLE_CATEGORIES = frozenset({"Zs", "Zl", "Zp", "Cc", "Cf"})
+"""Separators, controls and format characters (zero-width spaces and joiners, BOM, bidi marks)."""
+_BLANK_SYMBOLS = frozenset("\u115f\u1160\u2800\u3164\uffa0")
+"""Letters and symbols that render as nothing (Hangul fillers, the blank Braille pattern)."""
+
+
+def is_blank(text: str) -> bool:
+    """Whether `text` shows nothing: empty, or only whitespace and invisible characters (a
+    field of zero-width or non-breaking spaces must not pass for a note or a path)."""
+    return all(char in _BLANK_SYMBOLS or unicodedata.category(char) in _INVISIBLE_CATEGORIES for char in text)
+
 
 PositiveInt = Annotated[StrictInt, Field(ge=1)]
 NonNegativeInt = Annotated[StrictInt, Field(ge=0)]

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
-from kvclaims.spec._types import FormatVersion, Identifier, SpecModel, StrictStr, Text
+from kvclaims.spec._types import FormatVersion, Identifier, SpecModel, StrictStr, Text, is_blank
 from kvclaims.spec.errors import DescriptorError, Problem
 from kvclaims.spec.evidence import (
     Adapter,
@@ -61,7 +61,7 @@ class Descriptor(SpecModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Descriptor:
-        if not (self.version.strip() or self.commit.strip()):
+        if is_blank(self.version) and is_blank(self.commit):
             raise ValueError("a descriptor must pin its surface with 'version' or 'commit'")
         if len(set(self.approximation_signals)) != len(self.approximation_signals):
             raise ValueError("approximation_signals lists a signal twice")
@@ -102,7 +102,7 @@ def load_descriptor(path: str | Path) -> Descriptor:
     except ValidationError as error:
         raise DescriptorError(_validation_problems(path, error, lines)) from None
     for anchor in descriptor.anchors():
-        anchor.verify_digest(path.parent)
+        anchor.verify(path.parent)
     return descriptor
 
 

@@ -189,3 +189,27 @@ def test_a_directory_includes_gzip_compressed_traces(
     kvclaims_check(str(tmp_path), "--json")
     verdict = json.loads(capsys.readouterr().out)
     assert verdict["outcome"] == "accepted" and verdict["path"].endswith("a.ndjson.gz")
+
+
+def test_evidence_paths_follow_the_descriptor_not_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Written from another working directory, with relative arguments, the anchors are
+    relative to the evidence file's folder: the descriptor next to it still counts them after
+    the whole tree moves; moved alone, each item names the path it tried."""
+    (tmp_path / "tree" / "runs").mkdir(parents=True)
+    write(tmp_path / "tree" / "runs" / "offload.ndjson", offloadable_run())
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    out = Path("../tree/descriptors/evidence.yaml")
+    assert kvclaims_check("../tree/runs/offload.ndjson", "--evidence-out", str(out)) == 0
+    items = yaml.safe_load(out.read_text())["evidence"]
+    document = {"descriptor": 1, "runtime": "x", "surface": "x", "version": "1", "native": items}
+    (tmp_path / "tree" / "descriptors" / "runtime.yaml").write_text(yaml.safe_dump(document))
+    moved = tmp_path / "moved"
+    (tmp_path / "tree").rename(moved)
+    assert all(a.counts for a in load_descriptor(moved / "descriptors" / "runtime.yaml").anchors())
+    alone = tmp_path / "alone.yaml"
+    (moved / "descriptors" / "runtime.yaml").rename(alone)
+    problems = {p for a in load_descriptor(alone).anchors() for p in a.problems()}
+    assert problems == {f"anchored trace file does not exist: {tmp_path.parent / 'runs' / 'offload.ndjson'}"}
