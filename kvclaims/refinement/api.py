@@ -216,9 +216,10 @@ class _Run:
         what the runtime did instead, so the rejection is reported as a note and the verdict
         names the unknown event (inconclusive), not the later line."""
         found = rejection.counterexample
+        where = f"line {found.line} ({found.event})" if found.line else "the end of the trace"
         note = (
-            f"line {found.line} ({found.event}) breaks {found.rule} as read without the unknown "
-            f"event at line {unknown.line}: {found.message}"
+            f"{where} breaks {found.rule} as read without the unknown event at line "
+            f"{unknown.line}: {found.message}"
         )
         return self._verdict(Outcome.inconclusive, source, checker, finding=unknown, notes=(note,))
 

@@ -163,3 +163,13 @@ def test_auto_detection_reports_the_nearest_formats_own_error(name: str) -> None
 def test_a_missing_file_names_the_resolved_path(tmp_path: Path) -> None:
     verdict = check_trace(tmp_path / "absent.ndjson")
     assert verdict.outcome is Outcome.invalid and str(tmp_path / "absent.ndjson") in verdict.reason
+
+
+def test_an_unknown_event_before_an_end_of_trace_rejection_is_named_too() -> None:
+    """Loss of a hard-protected claim's block owes a harm report by the end of the trace; an
+    unknown event before the end may be that report, so the verdict names it."""
+    lossy = hard_claim(TraceBuilder(usable_blocks=80)).remove_block("claim:a", 0)
+    assert check_bytes(lossy.ndjson()).outcome is Outcome.rejected
+    verdict = check_bytes(lossy.add("resident_claim_harmd", claim_id="claim:a").ndjson())
+    assert verdict.outcome is Outcome.inconclusive and "resident_claim_harmed" in verdict.reason
+    assert any(note.startswith("the end of the trace breaks") for note in verdict.notes)
