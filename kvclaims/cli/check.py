@@ -7,7 +7,9 @@ trace v1 and the foreign vocabularies: blockpool, offload-hook, pydev-connector,
 with the surrounding events; several traces print one summary table (in file order) and the
 totals by outcome. Several traces are checked in parallel, one process per core: `--jobs N` sets
 the number of processes, `--jobs 1` checks them one after another; the verdicts are the same.
-`--json` prints one JSON line per trace (the same shape for one trace or many).
+`--json` prints one JSON line per trace (the same shape for one trace or many). Each suffix may
+also be gzip-compressed (*.gz). `--strict` makes a field outside trace v1 invalid input instead
+of context kept unchecked (a misspelt field is invalid either way).
 
 `--evidence-out FILE` writes the anchored evidence items (YAML, or JSON for *.json) that the
 traces supply, ready to cite in a runtime descriptor; it writes nothing unless every trace is
@@ -75,10 +77,14 @@ def trace_files(targets: list[Path]) -> list[Path]:
         if target == STDIN:
             found.append(target)
         elif target.is_dir():
-            found.extend(sorted(p for p in target.rglob("*") if p.is_file() and p.suffix in TRACE_SUFFIXES))
+            found.extend(sorted(p for p in target.rglob("*") if p.is_file() and _is_trace_name(p)))
         else:
             found.append(target)
     return found
+
+
+def _is_trace_name(path: Path) -> bool:
+    return Path(path.name.removesuffix(".gz")).suffix in TRACE_SUFFIXES
 
 
 def _say_skipped(targets: list[Path]) -> None:
@@ -88,7 +94,7 @@ def _say_skipped(targets: list[Path]) -> None:
         for target in targets
         if target != STDIN and target.is_dir()
         for p in sorted(target.rglob("*"))
-        if p.is_file() and p.suffix not in TRACE_SUFFIXES
+        if p.is_file() and not _is_trace_name(p)
     ]
     if skipped:
         names = ", ".join(str(p) for p in skipped[:5]) + (", ..." if len(skipped) > 5 else "")
@@ -111,7 +117,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_CODES["invalid"]
     jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
     with _count_progress(len(files)) as advance:
-        verdicts = check_files(files, format=args.format, registry=args.registry, jobs=jobs, on_done=advance)
+        verdicts = check_files(
+            files, format=args.format, registry=args.registry, jobs=jobs, on_done=advance, strict=args.strict
+        )
     if args.json:
         print_json_lines(v.to_json() for v in verdicts)
     elif len(verdicts) == 1:
@@ -138,6 +146,7 @@ def check_files(
     registry: Path | None = None,
     jobs: int = 1,
     on_done: Callable[[], None] | None = None,
+    strict: bool = False,
 ) -> list[TraceVerdict]:
     """The verdict of each file, in the order of `files`, checked by `min(jobs, len(files))`
     worker processes (in this process when that is 1). `on_done` is called once per finished
@@ -148,13 +157,15 @@ def check_files(
         for path in files:
             # a byte bar per large file only when no bar over the traces is live (rich shows one)
             with _progress(path, alone=on_done is None) as progress:
-                verdicts.append(_check_one(path, format, registry, progress))
+                verdicts.append(_check_one(path, format, registry, strict, progress))
             if on_done is not None:
                 on_done()
         return verdicts
     found: list[Any] = [None] * len(files)  # every slot is filled before it is returned
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(_check_in_worker, path, format, registry): i for i, path in enumerate(files)}
+        futures = {
+            pool.submit(_check_in_worker, path, format, registry, strict): i for i, path in enumerate(files)
+        }
         try:
             for future in as_completed(futures):
                 result = future.result()
@@ -169,17 +180,24 @@ def check_files(
     return found
 
 
-def _check_one(path: Path, format: str, registry: Path | None, progress: Any = None) -> TraceVerdict:
+def _check_one(
+    path: Path, format: str, registry: Path | None, strict: bool, progress: Any = None
+) -> TraceVerdict:
     from kvclaims.refinement.api import check_source, check_trace
 
     if path != STDIN:
-        return check_trace(path, format=format, registry=registry, progress=progress)
+        return check_trace(path, format=format, registry=registry, progress=progress, strict=strict)
     # the checker reads a trace more than once (format detection, the minimal prefix): stdin is
     # spooled to a temporary file, streamed so that memory stays flat
     with tempfile.TemporaryFile(prefix="kvclaims-stdin-") as spool:
         shutil.copyfileobj(sys.stdin.buffer, spool)
         return check_source(
-            lambda: _reopen(spool), name="<stdin>", format=format, registry=registry, progress=progress
+            lambda: _reopen(spool),
+            name="<stdin>",
+            format=format,
+            registry=registry,
+            progress=progress,
+            strict=strict,
         )
 
 
@@ -189,11 +207,13 @@ def _reopen(spool: Any) -> Any:
     return open(os.dup(spool.fileno()), "rb", closefd=True)
 
 
-def _check_in_worker(path: Path, format: str, registry: Path | None) -> TraceVerdict | list[Any]:
+def _check_in_worker(
+    path: Path, format: str, registry: Path | None, strict: bool
+) -> TraceVerdict | list[Any]:
     """A trace's verdict, or the problems of the `InputError` it raised: an InputError does not
     survive pickling (its constructor takes problems, its args hold text), its problems do."""
     try:
-        return _check_one(path, format, registry)
+        return _check_one(path, format, registry, strict)
     except InputError as error:
         return list(error.problems)
 
@@ -357,6 +377,7 @@ def _write_evidence(out: Path, files: list[Path], verdicts: list[Any]) -> int:
     help="check traces in N processes (default: one per core; 1 = sequential)",
 )
 @json_option
+@click.option("--strict", is_flag=True, help="refuse fields outside trace v1 (default: keep as context)")
 @click.option("--evidence-out", type=PathType, metavar="FILE", help="write evidence items (accepted only)")
 def command(**options: object) -> int:
     return runs(run)(**options)

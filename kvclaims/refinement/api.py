@@ -13,14 +13,18 @@ the same abstract state: what remains is the minimal prefix of the counterexampl
 
 from __future__ import annotations
 
+import contextlib
 import io
-from collections.abc import Callable, Iterable
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
 from kvclaims.refinement.checker import Budget, Checker, Rejection, Undecidable
 from kvclaims.refinement.decoding import EVENT_NAME
-from kvclaims.refinement.reader import HeaderInfo, TraceInputError
+from kvclaims.refinement.reader import HeaderInfo, TraceInputError, TraceStream
 from kvclaims.refinement.sources import AUTO, FORMATS, Opener, detect, open_source
 from kvclaims.refinement.verdict import (
     RULE_ERROR_CLASS,
@@ -41,30 +45,38 @@ Progress = Callable[[int], None]
 """Called with the number of bytes read so far."""
 
 
+TraceInput = str | Path | bytes | IO[bytes]
+"""A trace file's path, its bytes, or a binary file object (read from where it stands)."""
+
+
 def check_trace(
-    path: str | Path,
+    trace: TraceInput,
     *,
     format: str = AUTO,
     registry: str | Path | None = None,
     budget: Budget = DEFAULT_BUDGET,
     progress: Progress | None = None,
+    strict: bool = False,
 ) -> TraceVerdict:
-    """Check one trace file. `format` is `auto` or one of `FORMATS`; `registry` is the claim
-    registry that `vllm-kv-events` traces need. Bad trace input never raises: it is an
-    `invalid` verdict. A bad registry or format name raises `InputError` / `ValueError`."""
-    path = Path(path)
+    """Check one trace: a path, bytes or a binary file object (plain, or gzip-compressed).
+    `format` is `auto` or one of `FORMATS`; `registry` is the claim registry that
+    `vllm-kv-events` traces need; `strict` refuses fields outside trace v1 instead of keeping
+    them as context. Bad trace input never raises: it is an `invalid` verdict. A bad registry or
+    format name raises `InputError` / `ValueError`."""
+    options: dict[str, Any] = {"format": format, "registry": registry, "budget": budget, "strict": strict}
+    if isinstance(trace, bytes):
+        return check_source(lambda: io.BytesIO(trace), name="<bytes>", **options)
+    if not isinstance(trace, (str, Path)):
+        with _rereadable(trace) as opener:
+            return check_source(
+                opener, name=str(getattr(trace, "name", "<stream>")), progress=progress, **options
+            )
+    path = Path(trace)
     if not path.is_file():
-        return _verdict(
-            str(path), format, Outcome.invalid, finding=Finding(ErrorClass.parse, "no such trace file")
-        )
-    return check_source(
-        lambda: path.open("rb"),
-        name=str(path),
-        format=format,
-        registry=registry,
-        budget=budget,
-        progress=progress,
-    )
+        what = "is a directory, not a trace file" if path.is_dir() else "no such trace file"
+        finding = Finding(ErrorClass.parse, f"{what}: {path.resolve()}")
+        return _verdict(str(path), format, Outcome.invalid, finding=finding)
+    return check_source(lambda: path.open("rb"), name=str(path), progress=progress, **options)
 
 
 def check_bytes(
@@ -72,6 +84,37 @@ def check_bytes(
 ) -> TraceVerdict:
     """Check a trace held in memory (tests, generated adversarial traces)."""
     return check_source(lambda: io.BytesIO(data), name=name, format=format, registry=registry)
+
+
+@contextlib.contextmanager
+def _rereadable(stream: IO[bytes]) -> Iterator[Opener]:
+    """An opener for a file object: the checker reads a trace more than once (detection, the
+    check, a counterexample's prefix), so a stream that cannot seek (a pipe, stdin) is first
+    copied to a temporary file, chunk by chunk. The caller's stream is never closed."""
+    if getattr(stream, "seekable", lambda: False)():
+        start = stream.tell()
+        yield lambda: _Unclosed(stream, start)
+        return
+    with tempfile.TemporaryFile() as copy:
+        shutil.copyfileobj(stream, copy)
+        yield lambda: _Unclosed(copy, 0)
+
+
+class _Unclosed:
+    """A view of a caller's seekable stream from `start` that `close` leaves open."""
+
+    def __init__(self, stream: IO[bytes], start: int) -> None:
+        stream.seek(start)
+        self.read = stream.read
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> _Unclosed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
 
 
 def check_source(
@@ -82,27 +125,36 @@ def check_source(
     registry: str | Path | None = None,
     budget: Budget = DEFAULT_BUDGET,
     progress: Progress | None = None,
+    strict: bool = False,
 ) -> TraceVerdict:
     """Check the trace that `opener` opens (it may be opened more than once)."""
     if format != AUTO and format not in FORMATS:
         raise ValueError(f"unknown trace format {format!r}; choose auto or one of {', '.join(FORMATS)}")
-    fmt = detect(opener) if format == AUTO else format
-    if fmt is None:
-        finding = Finding(
-            ErrorClass.parse,
-            "not a trace in any known format (empty, or no format recognises line 1)",
-            line=1,
-        )
-        return _verdict(name, format, Outcome.invalid, finding=finding)
+    trace = _unwrapped(opener)
+    recognised = True
+    try:
+        fmt, recognised = detect(trace) if format == AUTO else (format, True)
+    except TraceInputError as error:
+        return _verdict(name, format, Outcome.invalid, finding=error.finding)
     registry_path = Path(registry) if registry is not None else None
     run = _Run(name, fmt, budget)
     with opener() as raw:
-        stream: IO[bytes] = _Counting(raw, progress) if progress is not None else raw
-        verdict = run.check(lambda: open_source(stream, fmt, registry=registry_path))
+        counted: IO[bytes] = _Counting(raw, progress) if progress is not None else raw
+        verdict = run.check(
+            lambda: open_source(TraceStream(counted), fmt, registry=registry_path, strict=strict)
+        )
+    if not recognised and verdict.finding is not None:
+        finding = verdict.finding
+        message = f"no trace format recognises this file; read as {fmt}: {finding.message}"
+        verdict = replace(verdict, finding=replace(finding, message=message))
     if verdict.outcome is Outcome.rejected and run.rejection is not None:
-        prefix = _minimal_prefix(opener, fmt, registry_path, run.header, run.rejection)
+        prefix = _minimal_prefix(trace, fmt, registry_path, run.header, run.rejection)
         verdict = _with_prefix(verdict, prefix)
     return verdict
+
+
+def _unwrapped(opener: Opener) -> Opener:
+    return lambda: TraceStream(opener())
 
 
 class _Run:
@@ -133,9 +185,11 @@ class _Run:
         except Undecidable as error:
             return self._verdict(Outcome.inconclusive, source, checker, finding=error.finding)
         except Rejection as rejection:
+            if checker is not None and checker.first_unknown is not None:
+                return self._unexplained(rejection, source, checker, checker.first_unknown)
             self.rejection = rejection
             return self._verdict(Outcome.rejected, source, checker, counterexample=rejection.counterexample)
-        notes = tuple(f.message for f in checker.undecided)
+        notes = tuple(f.message for f in checker.undecided) + _context_notes(source)
         preconditions = getattr(source, "preconditions", None)
         if preconditions is not None:
             held = ", ".join(p.value for p, ok in preconditions.items() if ok)
@@ -155,6 +209,20 @@ class _Run:
             return self._verdict(Outcome.inconclusive, source, checker, finding=finding, notes=notes)
         return self._verdict(Outcome.accepted, source, checker, witnesses=checker.witnesses(), notes=notes)
 
+    def _unexplained(
+        self, rejection: Rejection, source: Any, checker: Checker, unknown: Finding
+    ) -> TraceVerdict:
+        """A rejection after an event the format does not define: the unknown event may be
+        what the runtime did instead, so the rejection is reported as a note and the verdict
+        names the unknown event (inconclusive), not the later line."""
+        found = rejection.counterexample
+        where = f"line {found.line} ({found.event})" if found.line else "the end of the trace"
+        note = (
+            f"{where} breaks {found.rule} as read without the unknown event at line "
+            f"{unknown.line}: {found.message}"
+        )
+        return self._verdict(Outcome.inconclusive, source, checker, finding=unknown, notes=(note,))
+
     def _verdict(self, outcome: Outcome, source: Any, checker: Checker | None, **fields: Any) -> TraceVerdict:
         events = getattr(source, "records", 0)  # counted per decoded run: behind a mid-run stop
         if checker is not None:
@@ -165,6 +233,12 @@ class _Run:
                 "requests": checker.requests_seen,
             }
         return _verdict(self.name, self.format, outcome, events=events, **fields)
+
+
+def _context_notes(source: Any) -> tuple[str, ...]:
+    audit = getattr(source, "audit", None)
+    note = audit.note() if audit is not None else None
+    return (note,) if note else ()
 
 
 def _verdict(
@@ -316,7 +390,5 @@ def _shrink(
 
 
 def _with_prefix(verdict: TraceVerdict, prefix: tuple[PrefixEvent, ...]) -> TraceVerdict:
-    from dataclasses import replace
-
     assert verdict.counterexample is not None
     return replace(verdict, counterexample=replace(verdict.counterexample, minimal_prefix=prefix))

@@ -37,6 +37,7 @@ import msgspec
 
 from kvclaims.refinement.decoding import EVENT_NAME, EVENT_STRUCTS
 from kvclaims.refinement.ids import RetiredIds
+from kvclaims.refinement.reader import unknown_event_finding
 from kvclaims.refinement.verdict import Counterexample, ErrorClass, Finding, Witness
 from kvclaims.spec.capacity import capacity_problem
 from kvclaims.spec.claims import HybridTwoKey
@@ -286,6 +287,8 @@ class Checker:
         self._run_end = 0  # index after the last event fed (a run's steps are counted up front)
         self._current: msgspec.Struct | None = None
         self.first_unknown: Finding | None = None
+        self._prefix_positions = 0
+        """Positions of all live claims' presence maps (bounded by the budget)."""
         s = EVENT_STRUCTS
         self._stored = s["block_stored"]
         self._removed = s["block_removed"]
@@ -439,9 +442,7 @@ class Checker:
         """An event type the format does not define: skipped, and the verdict can be at best
         inconclusive."""
         if self.first_unknown is None:
-            self.first_unknown = Finding(
-                ErrorClass.unknown_event, f"unknown event type {name!r} (not in the format)", line=line
-            )
+            self.first_unknown = unknown_event_finding(name, line)
 
     @property
     def _event(self) -> str:
@@ -581,6 +582,8 @@ class Checker:
                     self._witness(TraceWitness.ordered_lifecycle, claim.transitions, claim.claim_id)
         claim.phase = result  # type: ignore[assignment]
         if result in _RETIRED and claim.claim_id in self.claims:
+            if claim.present is not None:
+                self._prefix_positions -= len(claim.present)
             claim.present = None  # its blocks are no longer tracked
             del self.claims[claim.claim_id]
             self.retired[claim.claim_id] = _RETIRED_BASE[result] + claim.rank  # type: ignore[index]
@@ -1213,7 +1216,7 @@ class Checker:
         if claim.phase in _RETIRED or claim.phase is Phase.submitted:
             return
         if claim.present is None:
-            claim.present = bytearray(claim.footprint)
+            claim.present = self._prefix_map(claim.footprint)
             if TraceWitness.claim_scoped_blocks not in self._complete:
                 self._witness(
                     TraceWitness.claim_scoped_blocks, (claim.accepted_line, self._line), claim.claim_id
@@ -1290,13 +1293,20 @@ class Checker:
         for owner, position in owned:
             self._lose(owner, position)
 
-    @staticmethod
-    def _assume_reported_prefix(claim: _Claim) -> None:
+    def _prefix_map(self, footprint: int, reported: int = 0) -> bytearray:
+        """A claim's per-position presence map, counted against the budget: the footprint is a
+        number from the trace, so all maps together may not exceed `max_tracked_blocks`."""
+        self._prefix_positions += max(footprint, reported)
+        if self._prefix_positions > self.budget.max_tracked_blocks:
+            self._exhausted(f"claim prefixes spanning more than {self.budget.max_tracked_blocks} blocks")
+        return bytearray(b"\x01" * reported + b"\x00" * (footprint - reported))
+
+    def _assume_reported_prefix(self, claim: _Claim) -> None:
         """A claim that materialized without block-level accounting: a removal naming one of
         its positions is judged against the leading blocks its materialization reported, so an
         unreported loss is still a broken predicate (ignoring it would pass a silent harm)."""
         reported = claim.reported_leading
-        claim.present = bytearray(b"\x01" * reported + b"\x00" * (claim.footprint - reported))
+        claim.present = self._prefix_map(claim.footprint, reported)
         claim.leading = reported
 
     def _lose(self, claim: _Claim, position: int) -> None:

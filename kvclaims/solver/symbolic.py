@@ -31,8 +31,9 @@ import z3
 
 from kvclaims.solver.facts import Facts
 from kvclaims.solver.z3env import Job, all_of
+from kvclaims.spec._types import is_blank
 from kvclaims.spec.descriptor import Descriptor
-from kvclaims.spec.evidence import Anchor, EvidenceItem, LoweringRow, Observation
+from kvclaims.spec.evidence import Anchor, EvidenceItem, LoweringRow, Observation, fits_scope
 from kvclaims.spec.verdict import LoweringRule
 from kvclaims.spec.vocabulary import (
     AdapterDepth,
@@ -451,7 +452,7 @@ def anchor_document(
     """An anchor (as a document) that has exactly `defect`; `None` for `absent`."""
     if defect is AnchorDefect.absent:
         return None
-    if template is not None and template.counts:
+    if template is not None and template.counts and fits_scope(template, scope):
         base = dict(_template_document(template))
     else:
         kind = _KIND_BY_SCOPE.get(scope, AnchorKind.trace)
@@ -498,13 +499,13 @@ def defect_of(anchor: Anchor | None) -> AnchorDefect:
         return AnchorDefect.absent
     if anchor.counts:
         return AnchorDefect.ok
-    if not (anchor.path.strip() or anchor.url.strip()):
+    if is_blank(anchor.path) and is_blank(anchor.url):
         return AnchorDefect.no_locator
-    if not anchor.note.strip():
+    if is_blank(anchor.note):
         return AnchorDefect.no_note
-    if anchor.kind is AnchorKind.trace and not anchor.ordering.strip():
+    if anchor.kind is AnchorKind.trace and is_blank(anchor.ordering):
         return AnchorDefect.trace_unordered
-    if anchor.kind is AnchorKind.trace and not anchor.claim_scope.strip():
+    if anchor.kind is AnchorKind.trace and is_blank(anchor.claim_scope):
         return AnchorDefect.trace_unscoped
     if anchor.sha256 is not None:
         return AnchorDefect.digest_unverified

@@ -235,3 +235,23 @@ def test_a_named_loss_outside_the_reported_prefix_keeps_the_predicate() -> None:
     trace.remove_block("claim:a", 3)
     verdict = check_bytes(trace.ndjson())
     assert verdict.outcome is Outcome.accepted, verdict
+
+
+def _claims_with_one_stored_block(footprint: int, *, release_first: bool = False) -> bytes:
+    trace = TraceBuilder(usable_blocks=80).accept("A", blocks=footprint).store_prefix("A", 1)
+    if release_first:
+        trace.claim_event("released", "A")
+    return trace.accept("B", blocks=footprint).store_prefix("B", 1).ndjson()
+
+
+def test_claim_footprints_cannot_size_the_checkers_state_past_its_budget() -> None:
+    """A footprint is a number in the trace: the per-position maps of all live claims together
+    stay within `max_tracked_blocks` (inconclusive past it), so a few lines with huge
+    footprints cannot allocate gigabytes. Twins: smaller footprints, or a claim retired first."""
+    from kvclaims.refinement.api import check_trace
+
+    budget = Budget(max_tracked_blocks=1000)
+    verdict = check_trace(_claims_with_one_stored_block(600), budget=budget)
+    assert verdict.outcome is Outcome.inconclusive and verdict.error_class is ErrorClass.budget_exhausted
+    for twin in (_claims_with_one_stored_block(400), _claims_with_one_stored_block(600, release_first=True)):
+        assert check_trace(twin, budget=budget).error_class is not ErrorClass.budget_exhausted
