@@ -1,4 +1,5 @@
-"""`kvclaims check TRACE... [--format F] [--registry FILE] [--jobs N] [--json] [--evidence-out FILE]`:
+"""`kvclaims check TRACE... [--format F] [--registry FILE] [--jobs N] [--open] [--json]
+[--evidence-out FILE]`:
 does each recorded trace refine the resident-claim model?
 
 TRACE is a trace file or a directory (searched recursively for *.jsonl, *.ndjson, *.msgpack,
@@ -8,6 +9,10 @@ vocabularies: blockpool, offload-hook, pydev-connector, vllm-kv-events (which ne
 surrounding events; several traces print one summary table (in file order) and the totals by
 outcome. Several traces are checked in parallel, one process per core: `--jobs N` sets the
 number of processes, `--jobs 1` checks them one after another; the verdicts are the same.
+
+A kvclaims-v1 trace is complete only when it ends with `trace_closed` (its writer closed it);
+without that end it is truncated and at best inconclusive. `--open` judges such a file as an
+open prefix (a live trace, or one cut on purpose), as if it ended where it stops.
 
 `--evidence-out FILE` writes the anchored evidence items (YAML, or JSON for *.json) that the
 traces supply, ready to cite in a runtime descriptor; it writes nothing unless every trace is
@@ -72,6 +77,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="N",
         help="check traces in N processes (default: one per core; 1 = sequential)",
     )
+    parser.add_argument(
+        "--open",
+        action="store_true",
+        help="judge kvclaims-v1 traces without their trace_closed end as open prefixes "
+        "(default: such a trace is truncated, inconclusive)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON verdict per trace")
     parser.add_argument(
         "--evidence-out", type=Path, metavar="FILE", help="write evidence items (accepted only)"
@@ -106,7 +117,14 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_CODES["invalid"]
     jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
     with _count_progress(len(files)) as advance:
-        verdicts = check_files(files, format=args.format, registry=args.registry, jobs=jobs, on_done=advance)
+        verdicts = check_files(
+            files,
+            format=args.format,
+            registry=args.registry,
+            jobs=jobs,
+            on_done=advance,
+            judge_open=args.open,
+        )
     if args.json:
         print_json([v.to_json() for v in verdicts] if len(verdicts) > 1 else verdicts[0].to_json())
     elif len(verdicts) == 1:
@@ -133,6 +151,7 @@ def check_files(
     registry: Path | None = None,
     jobs: int = 1,
     on_done: Callable[[], None] | None = None,
+    judge_open: bool = False,
 ) -> list[TraceVerdict]:
     """The verdict of each file, in the order of `files`, checked by `min(jobs, len(files))`
     worker processes (in this process when that is 1). `on_done` is called once per finished
@@ -143,13 +162,16 @@ def check_files(
         for path in files:
             # a byte bar per large file only when no bar over the traces is live (rich shows one)
             with _progress(path, alone=on_done is None) as progress:
-                verdicts.append(_check_one(path, format, registry, progress))
+                verdicts.append(_check_one(path, format, registry, judge_open, progress))
             if on_done is not None:
                 on_done()
         return verdicts
     found: list[Any] = [None] * len(files)  # every slot is filled before it is returned
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(_check_in_worker, path, format, registry): i for i, path in enumerate(files)}
+        futures = {
+            pool.submit(_check_in_worker, path, format, registry, judge_open): i
+            for i, path in enumerate(files)
+        }
         try:
             for future in as_completed(futures):
                 result = future.result()
@@ -164,17 +186,21 @@ def check_files(
     return found
 
 
-def _check_one(path: Path, format: str, registry: Path | None, progress: Any = None) -> TraceVerdict:
+def _check_one(
+    path: Path, format: str, registry: Path | None, judge_open: bool, progress: Any = None
+) -> TraceVerdict:
     from kvclaims.refinement.api import check_trace
 
-    return check_trace(path, format=format, registry=registry, progress=progress)
+    return check_trace(path, format=format, registry=registry, progress=progress, open=judge_open)
 
 
-def _check_in_worker(path: Path, format: str, registry: Path | None) -> TraceVerdict | list[Any]:
+def _check_in_worker(
+    path: Path, format: str, registry: Path | None, judge_open: bool
+) -> TraceVerdict | list[Any]:
     """A trace's verdict, or the problems of the `InputError` it raised: an InputError does not
     survive pickling (its constructor takes problems, its args hold text), its problems do."""
     try:
-        return _check_one(path, format, registry)
+        return _check_one(path, format, registry, judge_open)
     except InputError as error:
         return list(error.problems)
 

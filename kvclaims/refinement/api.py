@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
+from kvclaims.refinement.abstractions.kvclaims_v1 import FORMAT as KVCLAIMS_V1
 from kvclaims.refinement.checker import Budget, Checker, Rejection, Undecidable
 from kvclaims.refinement.decoding import EVENT_NAME
 from kvclaims.refinement.reader import HeaderInfo, TraceInputError
@@ -48,10 +49,13 @@ def check_trace(
     registry: str | Path | None = None,
     budget: Budget = DEFAULT_BUDGET,
     progress: Progress | None = None,
+    open: bool = False,
 ) -> TraceVerdict:
     """Check one trace file. `format` is `auto` or one of `FORMATS`; `registry` is the claim
     registry that `vllm-kv-events` traces need. Bad trace input never raises: it is an
-    `invalid` verdict. A bad registry or format name raises `InputError` / `ValueError`."""
+    `invalid` verdict. A bad registry or format name raises `InputError` / `ValueError`.
+    `open=True` judges a kvclaims-v1 trace without its `trace_closed` end as if it ended
+    there (a live or cut file); by default such a trace is truncated: `inconclusive`."""
     path = Path(path)
     if not path.is_file():
         return _verdict(
@@ -64,14 +68,20 @@ def check_trace(
         registry=registry,
         budget=budget,
         progress=progress,
+        open=open,
     )
 
 
 def check_bytes(
-    data: bytes, *, name: str = "<bytes>", format: str = AUTO, registry: str | Path | None = None
+    data: bytes,
+    *,
+    name: str = "<bytes>",
+    format: str = AUTO,
+    registry: str | Path | None = None,
+    open: bool = False,
 ) -> TraceVerdict:
     """Check a trace held in memory (tests, generated adversarial traces)."""
-    return check_source(lambda: io.BytesIO(data), name=name, format=format, registry=registry)
+    return check_source(lambda: io.BytesIO(data), name=name, format=format, registry=registry, open=open)
 
 
 def check_source(
@@ -82,8 +92,10 @@ def check_source(
     registry: str | Path | None = None,
     budget: Budget = DEFAULT_BUDGET,
     progress: Progress | None = None,
+    open: bool = False,
 ) -> TraceVerdict:
-    """Check the trace that `opener` opens (it may be opened more than once)."""
+    """Check the trace that `opener` opens (it may be opened more than once); `open` as in
+    `check_trace`."""
     if format != AUTO and format not in FORMATS:
         raise ValueError(f"unknown trace format {format!r}; choose auto or one of {', '.join(FORMATS)}")
     fmt = detect(opener) if format == AUTO else format
@@ -95,7 +107,7 @@ def check_source(
         )
         return _verdict(name, format, Outcome.invalid, finding=finding)
     registry_path = Path(registry) if registry is not None else None
-    run = _Run(name, fmt, budget)
+    run = _Run(name, fmt, budget, judge_open=open)
     with opener() as raw:
         stream: IO[bytes] = _Counting(raw, progress) if progress is not None else raw
         verdict = run.check(lambda: open_source(stream, fmt, registry=registry_path))
@@ -108,10 +120,11 @@ def check_source(
 class _Run:
     """One pass of a source through the checker, collecting what the verdict needs."""
 
-    def __init__(self, name: str, fmt: str, budget: Budget) -> None:
+    def __init__(self, name: str, fmt: str, budget: Budget, *, judge_open: bool = False) -> None:
         self.name = name
         self.format = fmt
         self.budget = budget
+        self.judge_open = judge_open
         self.rejection: Rejection | None = None
         self.header: HeaderInfo | None = None
 
@@ -127,6 +140,9 @@ class _Run:
                 budget=self.budget,
             )
             source.drive(checker)
+            truncated = end_of_stream(self.format, checker, judge_open=self.judge_open)
+            if truncated is not None:
+                return self._verdict(Outcome.inconclusive, source, checker, finding=truncated)
             checker.finish()
         except TraceInputError as error:
             return self._verdict(Outcome.invalid, source, checker, finding=error.finding)
@@ -165,6 +181,21 @@ class _Run:
                 "requests": checker.requests_seen,
             }
         return _verdict(self.name, self.format, outcome, events=events, **fields)
+
+
+def end_of_stream(fmt: str, checker: Checker, *, judge_open: bool) -> Finding | None:
+    """The end-of-stream rule: a kvclaims-v1 trace is complete only when its writer closed it
+    (`trace_closed`, its last line). Without that end the file may be cut (a crash, a kill, a
+    tail not yet written), and what the trace still owes at its end cannot be judged: the
+    verdict is `inconclusive` with this finding, never `accepted`, unless the caller judges the
+    open prefix (`judge_open`). Foreign formats have no close event; their end is their own."""
+    if fmt != KVCLAIMS_V1 or judge_open or checker.closed_at is not None:
+        return None
+    return Finding(
+        ErrorClass.undecidable,
+        "truncated: the trace does not end with trace_closed (its writer never closed it: "
+        "still being written, crashed or killed); judge it as an open prefix with --open",
+    )
 
 
 def _verdict(

@@ -50,6 +50,7 @@ TRACE_EXAMPLE: tuple[Mapping[str, Any], ...] = (
         "usable_blocks": 80,
         "capacity_shortfall_blocks": 50,
     },
+    {"seq": 4, "event": "trace_closed", "reason": "closed"},
 )
 """The example trace of the trace-format introduction (a test checks that it is accepted)."""
 
@@ -59,8 +60,9 @@ _INTROS: Mapping[str, str] = {
 
 A trace is what a runtime did, one JSON object per line (NDJSON, UTF-8), for `kvclaims check`
 to judge against the model (DESIGN.md 3 and 4). Line 1 is the **header**; every other line is
-one **event**, named by its `event` field, with a `seq` that strictly increases. For example, a
-hard-protected claim of 60 blocks, and a 70-block request refused on an 80-block pool:
+one **event**, named by its `event` field, with a `seq` that strictly increases; the last line
+of a complete trace is `trace_closed`. For example, a hard-protected claim of 60 blocks, and a
+70-block request refused on an 80-block pool:
 
 ```json
 {trace_example}
@@ -69,7 +71,10 @@ hard-protected claim of 60 blocks, and a 70-block request refused on an 80-block
 Fail closed: a line that is not JSON, a missing required field, a wrong type or a `seq` that
 does not increase makes the trace `invalid` (exit 2, with the line and field). Unknown *fields*
 are kept and ignored, so a runtime may add its own context; an unknown *event type* makes the
-verdict `inconclusive`, never `accepted`. Which sequences of events are legal (identity,
+verdict `inconclusive`, never `accepted`. A trace that does not end with `trace_closed` is
+truncated (its writer crashed, was killed, or is still writing): `inconclusive` unless judged
+as an open prefix (`kvclaims check --open`), and a line after `trace_closed` makes the trace
+`invalid`. Which sequences of events are legal (identity,
 lifecycle, capacity arithmetic, attribution, offload order, no silent harm, two-key
 checkpoints) is the subject of refinement, DESIGN.md 4; this page is the shape of each line.
 The machine-readable form is `schemas/trace-v1-header.schema.json` and

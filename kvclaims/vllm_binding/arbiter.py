@@ -40,6 +40,7 @@ from vllm.v1.kv_cache_interface import FullAttentionSpec
 from vllm.v1.request import Request, RequestStatus
 
 from kvclaims.spec.claims import CacheIdentity, LeadingPrefixAtLeast
+from kvclaims.spec.ids import RetiredIds
 from kvclaims.spec.tables import MAX_IDENTIFIER_LENGTH
 from kvclaims.spec.trace import (
     ActiveRequestAdmitted,
@@ -47,6 +48,7 @@ from kvclaims.spec.trace import (
     ActiveRequestRefused,
     BlockRemoved,
     BlockStored,
+    CloseReason,
     ConflictReason,
     FaultInjected,
     RequestFinished,
@@ -64,6 +66,7 @@ from kvclaims.spec.trace import (
     _Event,
 )
 from kvclaims.spec.vocabulary import ClaimState, ProtectionMode
+from kvclaims.vllm_binding import shutdown
 from kvclaims.vllm_binding.capacity import CapacityProof, peak_live_blocks
 from kvclaims.vllm_binding.config import SUPPORTED_MODES, BindingConfig, ConflictAction
 from kvclaims.vllm_binding.metadata import (
@@ -168,6 +171,10 @@ class ClaimArbiter:
         )
         self.step = 0
         self._books: dict[str, RequestBook] = {}
+        self._traced_ids = RetiredIds()
+        """Every request trace id used so far (request-id reuse gets a new lifetime id)."""
+        self._lifetimes: dict[str, int] = {}
+        """The last lifetime of each request id that was reused (grows only with reuse)."""
         self._materializing: set[ClaimRecord] = set()
         self._expiries: list[tuple[int, int, str]] = []
         self._deferred: set[str] = set()
@@ -198,7 +205,9 @@ class ClaimArbiter:
             block_size=self.block_size,
             cache_identity=self.cache_identity(""),
         )
-        return TraceSink.open(path.replace("{dp_rank}", str(rank)), header)
+        sink = TraceSink.open(path.replace("{dp_rank}", str(rank)), header)
+        shutdown.guard(sink)
+        return sink
 
     def _emit(self, event_type: type[_Event], **fields: Any) -> None:
         if self.sink.enabled:
@@ -244,9 +253,11 @@ class ClaimArbiter:
             request_id=None if request_id is None else trace_request_id(request_id),
         )
 
-    def close(self) -> None:
+    def close(self, reason: CloseReason = CloseReason.closed) -> None:
+        """End the trace with `trace_closed`: `reason`, or the termination signal that led
+        here (see `shutdown`)."""
         self._drain_finished()
-        self.sink.close()
+        self.sink.close(shutdown.reason(reason))
 
     def release_everything(self) -> None:
         """Drop every claim's pins and host-copy holds without reporting (the arbiter is being
@@ -274,7 +285,7 @@ class ClaimArbiter:
     # -- add_request: claim operations -----------------------------------------------------
 
     def on_request_added(self, request: Request) -> None:
-        book = RequestBook(trace_id=trace_request_id(request.request_id))
+        book = RequestBook(trace_id=self._lifetime_id(request.request_id))
         self._books[request.request_id] = book
         params = request.sampling_params
         parsed = parse_claim_metadata(None if params is None else params.extra_args)
@@ -294,6 +305,21 @@ class ClaimArbiter:
         else:
             self._owner_settles(parsed, owner, book)
 
+    def _lifetime_id(self, request_id: str) -> str:
+        """The trace id of this lifetime of `request_id`. vLLM lets a finished request's id be
+        used again; each later lifetime is traced as `id#2`, `id#3`, ... (bounded, hashed
+        membership: a collision only renumbers a fresh id, never merges two lifetimes)."""
+        base = trace_request_id(request_id)
+        lifetime = self._lifetimes.get(base, 1)
+        candidate = base if lifetime == 1 else trace_request_id(f"{base}#{lifetime}")
+        while candidate in self._traced_ids:
+            lifetime += 1
+            candidate = trace_request_id(f"{base}#{lifetime}")
+        if lifetime > 1:
+            self._lifetimes[base] = lifetime
+        self._traced_ids.add(candidate)
+        return candidate
+
     def _reject(self, claim_id: str | None, reason: str, book: RequestBook, *, spend: bool) -> None:
         """Refuse a claim operation; the request is served as an ordinary one.
 
@@ -308,7 +334,8 @@ class ClaimArbiter:
         else:
             self._rejection_handles += 1
             subject = f"rejected-{self._rejection_handles}"
-            reason = f"claim {shown(claim_id)}: {reason}"
+            if claim_id is not None:
+                reason = f"claim {shown(claim_id)}: {reason}"
         logger.info("kvclaims: request %s: claim operation rejected: %s", book.trace_id, reason)
         self._emit(ResidentClaimRejected, claim_id=subject, reason=reason, request_id=book.trace_id)
 

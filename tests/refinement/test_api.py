@@ -22,7 +22,8 @@ def test_a_conforming_trace_is_accepted_through_the_package_entry_point(tmp_path
     verdict = kvclaims.check_trace(path)
     assert verdict.outcome is Outcome.accepted, verdict.reason
     assert verdict.format == "kvclaims-v1"
-    assert (verdict.events, verdict.claims, verdict.requests) == (len(trace.events), 1, 1)
+    # every event line counts, trace_closed too
+    assert (verdict.events, verdict.claims, verdict.requests) == (len(trace.events) + 1, 1, 1)
 
 
 def test_a_rejection_names_rule_line_state_and_alternatives() -> None:
@@ -84,4 +85,4 @@ def test_an_end_of_trace_rejection_says_so_instead_of_line_zero() -> None:
     assert verdict.counterexample.event_index == -1
     assert verdict.reason.startswith("end of trace: [no_silent_harm]")
     assert "at the end of the trace" in render_verdict(verdict)
-    assert verdict.events == 3
+    assert verdict.events == 4  # three events and trace_closed

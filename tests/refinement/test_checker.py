@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from kvclaims.refinement import Budget, ErrorClass, Outcome, check_bytes
 from kvclaims.refinement.checker import Checker, Rejection, Undecidable
 from kvclaims.refinement.decoding import convert_event
-from kvclaims.refinement.ids import RetiredIds
 from kvclaims.refinement.testing import TraceBuilder
+from kvclaims.spec.ids import RetiredIds
 from kvclaims.spec.vocabulary import ConformanceRule, ProtectionMode
 from kvclaims.statemachine.lifecycle import INITIAL, ClaimProfile, Event, Violation, at_end, step
 
@@ -185,7 +185,7 @@ def test_a_rejection_raised_by_the_checker_carries_its_ids() -> None:
 
 
 def test_retired_ids_remember_every_id_across_merges(monkeypatch) -> None:
-    monkeypatch.setattr("kvclaims.refinement.ids._RECENT_LIMIT", 64)
+    monkeypatch.setattr("kvclaims.spec.ids._RECENT_LIMIT", 64)
     retired = RetiredIds()
     ids = [f"request-{n}" for n in range(20_000)]
     for identifier in ids[::2]:
