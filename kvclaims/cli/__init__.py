@@ -29,6 +29,8 @@ COMMANDS: tuple[str, ...] = (
     "fuzz",
     "check",
     "vllm",
+    "serve",
+    "watch",
     "demo",
 )
 """Subcommand modules, in the order `kvclaims --help` lists them."""

@@ -93,9 +93,11 @@ def check_source(
     budget: Budget = DEFAULT_BUDGET,
     progress: Progress | None = None,
     open: bool = False,
+    reopen: Opener | None = None,
 ) -> TraceVerdict:
-    """Check the trace that `opener` opens (it may be opened more than once); `open` as in
-    `check_trace`."""
+    """Check the trace that `opener` opens; `open` as in `check_trace`. A rejection re-reads
+    the trace up to the offending event through `reopen` (default: `opener`), so a caller that
+    follows a live file can re-read the part already written without waiting for more."""
     if format != AUTO and format not in FORMATS:
         raise ValueError(f"unknown trace format {format!r}; choose auto or one of {', '.join(FORMATS)}")
     fmt = detect(opener) if format == AUTO else format
@@ -112,7 +114,7 @@ def check_source(
         stream: IO[bytes] = _Counting(raw, progress) if progress is not None else raw
         verdict = run.check(lambda: open_source(stream, fmt, registry=registry_path))
     if verdict.outcome is Outcome.rejected and run.rejection is not None:
-        prefix = _minimal_prefix(opener, fmt, registry_path, run.header, run.rejection)
+        prefix = _minimal_prefix(reopen or opener, fmt, registry_path, run.header, run.rejection)
         verdict = _with_prefix(verdict, prefix)
     return verdict
 

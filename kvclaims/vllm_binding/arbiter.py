@@ -102,6 +102,12 @@ PINNED_SWEEP_STEPS = 32
 """Pinned blocks are re-verified at least this often even without a known hash-stripping path."""
 
 
+NOTE_PREFIX = "kvclaims:"
+"""Stop reasons the binding writes start with this: `kvclaims:refused:...`,
+`kvclaims:claim_<accepted|attached|released|demoted>:<claim id>` and
+`kvclaims:claim_rejected:<claim id or ->:<reason>`."""
+
+
 def trace_request_id(request_id: str) -> str:
     """A trace-safe identifier for a vLLM request id (long ids are hashed, not truncated)."""
     if 0 < len(request_id) <= MAX_IDENTIFIER_LENGTH:
@@ -145,6 +151,8 @@ class RequestBook:
     checked_version: int = -1
     restores: list[str] = field(default_factory=list)
     """Offloaded claims this request loads back (their blocks become its blocks)."""
+    claim_note: str | None = None
+    """What happened to the request's claim operation, for the caller (`NOTE_PREFIX`)."""
 
     @property
     def feeds(self) -> list[str]:
@@ -171,6 +179,8 @@ class ClaimArbiter:
         )
         self.step = 0
         self._books: dict[str, RequestBook] = {}
+        self._claim_notes: dict[str, str] = {}
+        """Claim notes of requests that finished this step, by vLLM request id."""
         self._traced_ids = RetiredIds()
         """Every request trace id used so far (request-id reuse gets a new lifetime id)."""
         self._lifetimes: dict[str, int] = {}
@@ -288,7 +298,9 @@ class ClaimArbiter:
         book = RequestBook(trace_id=self._lifetime_id(request.request_id))
         self._books[request.request_id] = book
         params = request.sampling_params
-        parsed = parse_claim_metadata(None if params is None else params.extra_args)
+        parsed = parse_claim_metadata(
+            None if params is None else params.extra_args, typed=self.config.typed_metadata
+        )
         if parsed is None:
             return
         if isinstance(parsed, MetadataRejection):
@@ -328,6 +340,7 @@ class ClaimArbiter:
         already decided, an operation on an existing claim) get a fresh `rejected-N` handle,
         with the named id (bounded) in the reason.
         """
+        book.claim_note = f"{NOTE_PREFIX}claim_rejected:{claim_id or '-'}:{reason}"
         if spend and claim_id is not None and not self.registry.is_decided(claim_id):
             self.registry.decide(claim_id)
             subject = claim_id
@@ -400,6 +413,7 @@ class ClaimArbiter:
         if record.expires_at_step is not None:
             heapq.heappush(self._expiries, (record.expires_at_step, len(self._expiries), record.claim_id))
         self._emit(ResidentClaimAccepted, request_id=book.trace_id, **terms)
+        book.claim_note = f"{NOTE_PREFIX}claim_accepted:{record.claim_id}"
 
     def _submission_problem(self, request: Request, op: ClaimRequest) -> str | None:
         if self.unsupported is not None:
@@ -454,6 +468,7 @@ class ClaimArbiter:
             self._reject(op.claim_id, "attach: the claim belongs to another owner", book, spend=False)
         else:
             book.attached = record.claim_id
+            book.claim_note = f"{NOTE_PREFIX}claim_attached:{record.claim_id}"
             record.feeders.add(request.request_id)
             if record.responsible and record.leading_blocks < len(record.slots):
                 self._materializing.add(record)
@@ -466,8 +481,10 @@ class ClaimArbiter:
             self._reject(op.claim_id, f"{op.op}: the claim belongs to another owner", book, spend=False)
         elif op.op is ClaimOp.release:
             self._release(record, f"released by its owner (request {book.trace_id})")
+            book.claim_note = f"{NOTE_PREFIX}claim_released:{record.claim_id}"
         elif record.responsible:
             self._settle(record, ClaimState.demoted, f"demoted by its owner (request {book.trace_id})")
+            book.claim_note = f"{NOTE_PREFIX}claim_demoted:{record.claim_id}"
         else:
             self._reject(op.claim_id, f"demote: the claim is already {record.state}", book, spend=False)
 
@@ -893,6 +910,21 @@ class ClaimArbiter:
         for client_index, output in self._refusals:
             outputs.setdefault(client_index, EngineCoreOutputs()).outputs.append(output)
         self._refusals.clear()
+        self._note_claims(outputs)
+
+    def _note_claims(self, outputs: dict[int, EngineCoreOutputs]) -> None:
+        """Tell each finished caller what happened to its claim operation: an output that
+        finished without a stop reason (length, abort) carries the claim note as its
+        `stop_reason`, which vLLM's OpenAI server returns as the choice's `stop_reason`. A stop
+        token or string keeps its own reason (the trace still has the outcome)."""
+        notes = self._claim_notes
+        if notes:
+            for batch in outputs.values():
+                for output in batch.outputs:
+                    note = notes.get(output.request_id)
+                    if note is not None and output.finished and output.stop_reason is None:
+                        output.stop_reason = note
+            notes.clear()
 
     def on_request_finishing(self, request: Request) -> None:
         """Last moment the request's blocks are reachable: let it feed its claims, then book
@@ -900,6 +932,8 @@ class ClaimArbiter:
         book = self._books.pop(request.request_id, None)
         if book is None:
             return
+        if book.claim_note is not None:
+            self._claim_notes[request.request_id] = book.claim_note
         self._deferred.discard(request.request_id)
         if self.offload is not None:
             self.offload.request_finishing(request.request_id)

