@@ -84,7 +84,9 @@ def server_command(model: str, arguments: Sequence[str], *, cpu: bool) -> tuple[
     for flag in OWNED:
         if _given(passed, flag):
             raise InputError([Problem("kvclaims serve", f"{flag} is set by kvclaims serve", field=flag)])
-    section = _binding_section(options.binding_config)
+    section = (
+        {} if options.binding_config is None else _json_object(options.binding_config, "--binding-config")
+    )
     if options.trace is not None:
         section["trace_path"] = options.trace
     if options.offload_cpu_bytes is not None:
@@ -133,16 +135,15 @@ def _given(arguments: Sequence[str], flag: str) -> bool:
     return any(a in spellings or a.split("=", 1)[0] in spellings for a in arguments)
 
 
-def _binding_section(text: str | None) -> dict[str, Any]:
-    if text is None:
-        return {}
+def _json_object(text: str, option: str) -> dict[str, Any]:
+    """The JSON object an option's value holds, or an `InputError` naming the option."""
     try:
-        section = json.loads(text)
+        value = json.loads(text)
     except ValueError as error:
-        raise InputError([Problem("--binding-config", f"not JSON: {error}")]) from None
-    if not isinstance(section, dict):
-        raise InputError([Problem("--binding-config", "must be a JSON object (a BindingConfig)")])
-    return section
+        raise InputError([Problem(option, f"not JSON: {error}")]) from None
+    if not isinstance(value, dict):
+        raise InputError([Problem(option, "must be a JSON object")])
+    return value
 
 
 def _merged_additional_config(passed: list[str], binding: dict[str, Any]) -> dict[str, Any]:
@@ -154,12 +155,7 @@ def _merged_additional_config(passed: list[str], binding: dict[str, Any]) -> dic
             continue
         given = inline if inline else (passed[index + 1] if index + 1 < len(passed) else "")
         del passed[index : index + (1 if inline else 2)]
-        try:
-            other = json.loads(given)
-        except ValueError as error:
-            raise InputError([Problem("--additional-config", f"not JSON: {error}")]) from None
-        if not isinstance(other, dict):
-            raise InputError([Problem("--additional-config", "must be a JSON object")])
+        other = _json_object(given, "--additional-config")
         overlap = sorted(set(other) & set(binding))
         if overlap:
             message = f"section {overlap[0]!r} is set by kvclaims serve (use --binding-config)"
