@@ -217,5 +217,7 @@ def run(args: argparse.Namespace) -> int:
         return 130
     finally:
         metrics.close()
-    worst = Outcome.worst([w.verdict.outcome for w in watchers])
+    # a watcher that died without a verdict (an unexpected error, printed by its thread) counts
+    # as invalid: never as a pass
+    worst = Outcome.worst([w.verdict.outcome if w.verdict else Outcome.invalid for w in watchers])
     return EXIT_CODES[worst.value]
