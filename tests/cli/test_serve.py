@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from kvclaims.cli.serve import MIDDLEWARE, SERVER_MODULE, server_command
+from kvclaims.cli.serve import MIDDLEWARE, SERVER_MODULE, server_command, server_environment
 from kvclaims.spec.errors import InputError
 from kvclaims.vllm_binding.config import BindingConfig
 
@@ -79,6 +79,18 @@ def test_offload_adds_the_claim_connector_and_configs_merge() -> None:
 def test_conflicts_and_malformed_binding_config_are_input_errors(arguments: list[str]) -> None:
     with pytest.raises(InputError):
         server_command("m", arguments, cpu=False)
+
+
+def test_a_loopback_server_keeps_vllms_internal_endpoints_on_loopback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("VLLM_HOST_IP", raising=False)
+    command, _ = server_command("m", [], cpu=False)
+    assert server_environment(command)["VLLM_HOST_IP"] == "127.0.0.1"
+    public, _ = server_command("m", ["--host", "0.0.0.0"], cpu=False)
+    assert "VLLM_HOST_IP" not in server_environment(public)
+    monkeypatch.setenv("VLLM_HOST_IP", "10.0.0.7")
+    assert server_environment(command)["VLLM_HOST_IP"] == "10.0.0.7"
 
 
 def test_print_command_prints_and_exits_zero() -> None:
