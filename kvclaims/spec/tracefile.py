@@ -8,11 +8,12 @@ complete history.
 
 Events are kept as the caller built them and encoded in batches (`encode` turns one into its
 JSON line); the batch is handed to the file when `BATCH_EVENTS` accumulate, on `hand_over()`
-and on `close()`. With `flush_seconds` set, a daemon thread also hands the batch over and
-flushes it to the operating system at least that often, so a line reaches the file at most
-`flush_seconds` (plus the wait for the lock) after it was appended, even when the runtime goes
-idle and never calls the writer again. One re-entrant lock guards the batch and the stream:
-signal handlers and `atexit` may close the trace from the thread that was writing.
+and on `close()`, always by the thread that owns the trace (appending takes no lock). With
+`flush_seconds` set, a daemon thread flushes what was handed over to the operating system at
+least that often, so a line reaches the file at most `flush_seconds` (plus the wait for the
+lock) after it was handed over, even when the runtime goes idle and never calls the writer
+again. One re-entrant lock guards the stream: `atexit` and signal handlers may close the trace
+from the thread that was writing.
 """
 
 from __future__ import annotations
@@ -70,14 +71,15 @@ class TraceFile(Generic[Entry]):
         return self._closed
 
     def append(self, entry: Entry, seq: int) -> None:
-        """Queue one event (whose seq is `seq`); written with its batch. Ignored once closed."""
-        with self._lock:
-            if self._closed:
-                return
-            self._pending.append(entry)
-            self._next_seq = seq + 1
-            if len(self._pending) >= BATCH_EVENTS:
-                self._write_pending()
+        """Queue one event (whose seq is `seq`); written with its batch. Ignored once closed.
+        Only the thread that owns the trace appends (no lock on this hot path)."""
+        if self._closed:
+            return
+        pending = self._pending
+        pending.append(entry)
+        self._next_seq = seq + 1
+        if len(pending) >= BATCH_EVENTS:
+            self.hand_over()
 
     def hand_over(self) -> None:
         """Encode the queued events into the stream's buffer (not yet synced to the OS)."""
@@ -90,9 +92,12 @@ class TraceFile(Generic[Entry]):
         with self._lock:
             if not self._closed:
                 self._write_pending()
-                if self._dirty:
-                    self._stream.flush()
-                    self._dirty = False
+                self._sync()
+
+    def _sync(self) -> None:
+        if self._dirty:
+            self._stream.flush()
+            self._dirty = False
 
     def close(self, reason: CloseReason = CloseReason.closed) -> None:
         """Write what is queued, then `trace_closed(reason)`, and close the file (idempotent)."""
@@ -107,14 +112,16 @@ class TraceFile(Generic[Entry]):
 
     def _write_pending(self) -> None:
         if self._pending:
-            encode = self._encode
-            self._stream.write(b"".join([encode(entry) + b"\n" for entry in self._pending]))
+            self._stream.write(b"\n".join(map(self._encode, self._pending)) + b"\n")
             self._pending.clear()
             self._dirty = True
 
     def _flush_every(self, seconds: float) -> None:
+        """The flusher thread: what was handed over reaches the OS within `seconds`."""
         while not self._stop.wait(seconds):
-            self.flush()
+            with self._lock:
+                if not self._closed:
+                    self._sync()
 
 
 def closing_line(seq: int, reason: CloseReason = CloseReason.closed, *, t_ns: int | None = None) -> bytes:

@@ -193,7 +193,6 @@ class ClaimArbiter:
         self._rejection_handles = 0
         self._depth = 0
         self._pins_suspect = False
-        self._flushed_at_step = -1
         self.sink: EventSink = self._open_sink()
         from kvclaims.vllm_binding.offload import ClaimOffload
 
@@ -236,14 +235,13 @@ class ClaimArbiter:
 
     def leave(self) -> None:
         """A vLLM entry point returns. Events were emitted at consistent points; the outermost
-        return hands them to the file, at most once per engine step (and on reset / close)."""
+        return hands them to the trace file, whose flusher gets them to the OS within its
+        bound even if the engine then goes idle."""
         self._depth -= 1
         if self._depth == 0:
             if self._finished:
                 self._drain_finished()
-            if self._flushed_at_step != self.step:
-                self._flushed_at_step = self.step
-                self.sink.flush()
+            self.sink.flush()
 
     @contextmanager
     def entry(self) -> Iterator[None]:

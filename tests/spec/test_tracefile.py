@@ -64,6 +64,7 @@ def test_the_flusher_gets_an_idle_writers_lines_to_the_file(tmp_path: Path) -> N
     path = tmp_path / "t.ndjson"
     trace: TraceFile[dict[str, object]] = TraceFile(path.open("wb"), HEADER, encode, flush_seconds=0.05)
     trace.append(admitted(0), 0)
+    trace.hand_over()  # as a runtime does at the end of a step; then it goes idle
     deadline = time.monotonic() + 10  # generous: the bound is measured in bench/, not here
     while path.read_bytes().count(b"\n") < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
