@@ -6,8 +6,8 @@ order and queued as validated models in the trace file (`kvclaims.spec.tracefile
 which serializes them in batches (an emit on a hot path, such as a fail-closed refusal, costs a
 validation, not a serialization). The scheduler emits only where its state is consistent
 (around vLLM's entry points) and calls `flush()` when an outermost entry point returns; the
-trace file's flusher thread gets every line to the operating system at most
-`tracefile.FLUSH_SECONDS` after it was emitted, also on an idle engine. `close(reason)` ends
+trace file's flusher thread gets those lines to the operating system at most
+`tracefile.FLUSH_SECONDS` later, also on an idle engine. `close(reason)` ends
 the trace with `trace_closed`; a crash or a kill leaves a trace without it, which refinement
 reports as truncated. Lines are never reordered.
 """
