@@ -10,7 +10,7 @@ format.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ import msgspec
 
 from kvclaims.spec.errors import InputError, Problem
 from kvclaims.spec.trace import TRACE_FORMAT_VERSION, CloseReason
-from kvclaims.spec.tracefile import TraceFile
+from kvclaims.spec.tracefile import TraceFile, closing_line
 
 TraceSink = Callable[[dict[str, Any]], object]
 """Receives each event dict once, in `seq` order."""
@@ -85,9 +85,11 @@ class NdjsonTraceWriter:
         self.close()
 
 
-def encode_trace(header: dict[str, Any], events: Iterable[dict[str, Any]]) -> bytes:
-    """A whole trace as NDJSON bytes (header line, then one line per event)."""
-    return b"".join(_ENCODER.encode(line) + b"\n" for line in (header, *events))
+def encode_trace(header: dict[str, Any], events: Sequence[dict[str, Any]]) -> bytes:
+    """A whole, complete trace as NDJSON bytes (header line, one line per event,
+    `trace_closed`)."""
+    lines = b"".join(_ENCODER.encode(line) + b"\n" for line in (header, *events))
+    return lines + closing_line(events[-1]["seq"] + 1 if events else 0)
 
 
 def write_trace(path: Path, header: dict[str, Any], events: Iterable[dict[str, Any]]) -> Path:
