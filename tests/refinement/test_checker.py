@@ -147,6 +147,13 @@ def test_a_finished_request_id_is_never_reused() -> None:
     assert check_bytes(trace.ndjson()).rule is R.identity
 
 
+def test_a_live_request_admitted_again_is_refused_and_a_new_lifetime_id_is_not() -> None:
+    live = TraceBuilder(usable_blocks=80).admit("r").admit("r").finish("r")
+    assert check_bytes(live.ndjson()).outcome == "rejected"
+    lifetimes = TraceBuilder(usable_blocks=80).admit("r").finish("r").admit("r#2").finish("r#2")
+    assert check_bytes(lifetimes.ndjson()).outcome == "accepted"
+
+
 def test_block_events_must_stay_inside_the_claims_footprint() -> None:
     trace = TraceBuilder(usable_blocks=80).accept("C", blocks=2).store_prefix("C", 3)
     assert check_bytes(trace.ndjson()).rule is R.identity
