@@ -47,12 +47,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("traces", nargs="+", metavar="TRACE", type=Path, help="kvclaims-v1 trace files")
     parser.add_argument(
-        "--interval", type=float, default=0.1, metavar="S", help="poll period in seconds (default 0.1)"
+        "--interval", type=_interval, default=0.1, metavar="S", help="poll period in seconds (default 0.1)"
     )
     parser.add_argument(
         "--metrics-port", type=int, metavar="N", help="serve Prometheus metrics on 127.0.0.1:N"
     )
     parser.set_defaults(run=run)
+
+
+def _interval(text: str) -> float:
+    value = float(text)
+    if not 0.001 <= value <= 60:
+        raise argparse.ArgumentTypeError("the poll period must be between 0.001 and 60 seconds")
+    return value
 
 
 class Metrics:
