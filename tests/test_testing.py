@@ -13,6 +13,7 @@ from kvclaims.lab.fuzz_settings import DETERMINISTIC
 from kvclaims.microruntime.runtime import MicroRuntime
 from kvclaims.microruntime.tracing import TraceBuffer
 from kvclaims.refinement import Outcome, check_bytes
+from kvclaims.spec.tracefile import closing_line
 from kvclaims.spec.vocabulary import ProtectionMode
 from kvclaims.testing import (
     OBJECTS,
@@ -47,7 +48,8 @@ def test_drawn_claims_and_requests_are_taken_by_a_micro_runtime(
         runtime.submit_request(request)
     runtime.close()
     trace = [runtime.header, *buffer.events]
-    assert_refines(b"".join(json.dumps(doc).encode() + b"\n" for doc in trace))
+    closing = closing_line(buffer.events[-1]["seq"] + 1 if buffer.events else 0)
+    assert_refines(b"".join(json.dumps(doc).encode() + b"\n" for doc in trace) + closing)
 
 
 @BOUNDED

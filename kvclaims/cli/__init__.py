@@ -32,6 +32,8 @@ COMMANDS: tuple[str, ...] = (
     "check",
     "report",
     "vllm",
+    "serve",
+    "watch",
     "demo",
 )
 """Subcommand modules (each exposes `command`), in the order `kvclaims --help` lists them."""

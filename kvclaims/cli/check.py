@@ -11,6 +11,10 @@ the number of processes, `--jobs 1` checks them one after another; the verdicts 
 also be gzip-compressed (*.gz). `--strict` makes a field outside trace v1 invalid input instead
 of context kept unchecked (a misspelt field is invalid either way).
 
+A kvclaims-v1 trace is complete only when it ends with `trace_closed` (its writer closed it);
+without that end it is truncated and at best inconclusive. `--open` judges such a file as an
+open prefix (a live trace, or one cut on purpose), as if it ended where it stops.
+
 `--evidence-out FILE` writes the anchored evidence items (YAML, or JSON for *.json) that the
 traces supply, ready to cite in a runtime descriptor; it writes nothing unless every trace is
 accepted.
@@ -118,7 +122,13 @@ def run(args: argparse.Namespace) -> int:
     jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
     with _count_progress(len(files)) as advance:
         verdicts = check_files(
-            files, format=args.format, registry=args.registry, jobs=jobs, on_done=advance, strict=args.strict
+            files,
+            format=args.format,
+            registry=args.registry,
+            jobs=jobs,
+            on_done=advance,
+            strict=args.strict,
+            open_prefix=args.open,
         )
     if args.json:
         print_json_lines(v.to_json() for v in verdicts)
@@ -147,6 +157,7 @@ def check_files(
     jobs: int = 1,
     on_done: Callable[[], None] | None = None,
     strict: bool = False,
+    open_prefix: bool = False,
 ) -> list[TraceVerdict]:
     """The verdict of each file, in the order of `files`, checked by `min(jobs, len(files))`
     worker processes (in this process when that is 1). `on_done` is called once per finished
@@ -157,14 +168,15 @@ def check_files(
         for path in files:
             # a byte bar per large file only when no bar over the traces is live (rich shows one)
             with _progress(path, alone=on_done is None) as progress:
-                verdicts.append(_check_one(path, format, registry, strict, progress))
+                verdicts.append(_check_one(path, format, registry, strict, open_prefix, progress))
             if on_done is not None:
                 on_done()
         return verdicts
     found: list[Any] = [None] * len(files)  # every slot is filled before it is returned
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = {
-            pool.submit(_check_in_worker, path, format, registry, strict): i for i, path in enumerate(files)
+            pool.submit(_check_in_worker, path, format, registry, strict, open_prefix): i
+            for i, path in enumerate(files)
         }
         try:
             for future in as_completed(futures):
@@ -181,12 +193,14 @@ def check_files(
 
 
 def _check_one(
-    path: Path, format: str, registry: Path | None, strict: bool, progress: Any = None
+    path: Path, format: str, registry: Path | None, strict: bool, open_prefix: bool, progress: Any = None
 ) -> TraceVerdict:
     from kvclaims.refinement.api import check_source, check_trace
 
     if path != STDIN:
-        return check_trace(path, format=format, registry=registry, progress=progress, strict=strict)
+        return check_trace(
+            path, format=format, registry=registry, progress=progress, strict=strict, open=open_prefix
+        )
     # the checker reads a trace more than once (format detection, the minimal prefix): stdin is
     # spooled to a temporary file, streamed so that memory stays flat
     with tempfile.TemporaryFile(prefix="kvclaims-stdin-") as spool:
@@ -198,6 +212,7 @@ def _check_one(
             registry=registry,
             progress=progress,
             strict=strict,
+            open=open_prefix,
         )
 
 
@@ -208,12 +223,12 @@ def _reopen(spool: Any) -> Any:
 
 
 def _check_in_worker(
-    path: Path, format: str, registry: Path | None, strict: bool
+    path: Path, format: str, registry: Path | None, strict: bool, open_prefix: bool
 ) -> TraceVerdict | list[Any]:
     """A trace's verdict, or the problems of the `InputError` it raised: an InputError does not
     survive pickling (its constructor takes problems, its args hold text), its problems do."""
     try:
-        return _check_one(path, format, registry, strict)
+        return _check_one(path, format, registry, strict, open_prefix)
     except InputError as error:
         return list(error.problems)
 
@@ -377,6 +392,12 @@ def _write_evidence(out: Path, files: list[Path], verdicts: list[Any]) -> int:
     help="check traces in N processes (default: one per core; 1 = sequential)",
 )
 @json_option
+@click.option(
+    "--open",
+    is_flag=True,
+    help="judge kvclaims-v1 traces without their trace_closed end as open prefixes "
+    "(default: such a trace is truncated, inconclusive)",
+)
 @click.option("--strict", is_flag=True, help="refuse fields outside trace v1 (default: keep as context)")
 @click.option("--evidence-out", type=PathType, metavar="FILE", help="write evidence items (accepted only)")
 def command(**options: object) -> int:

@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
+from kvclaims.refinement.abstractions.kvclaims_v1 import FORMAT as KVCLAIMS_V1
 from kvclaims.refinement.checker import Budget, Checker, Rejection, Undecidable
 from kvclaims.refinement.decoding import EVENT_NAME
 from kvclaims.refinement.reader import HeaderInfo, TraceInputError, TraceStream
@@ -57,13 +58,22 @@ def check_trace(
     budget: Budget = DEFAULT_BUDGET,
     progress: Progress | None = None,
     strict: bool = False,
+    open: bool = False,
 ) -> TraceVerdict:
     """Check one trace: a path, bytes or a binary file object (plain, or gzip-compressed).
     `format` is `auto` or one of `FORMATS`; `registry` is the claim registry that
     `vllm-kv-events` traces need; `strict` refuses fields outside trace v1 instead of keeping
     them as context. Bad trace input never raises: it is an `invalid` verdict. A bad registry or
-    format name raises `InputError` / `ValueError`."""
-    options: dict[str, Any] = {"format": format, "registry": registry, "budget": budget, "strict": strict}
+    format name raises `InputError` / `ValueError`. `open=True` judges a kvclaims-v1 trace without
+    its `trace_closed` end as if it ended there (a live or cut file); by default such a trace is
+    truncated: `inconclusive`."""
+    options: dict[str, Any] = {
+        "format": format,
+        "registry": registry,
+        "budget": budget,
+        "strict": strict,
+        "open": open,
+    }
     if isinstance(trace, bytes):
         return check_source(lambda: io.BytesIO(trace), name="<bytes>", **options)
     if not isinstance(trace, (str, Path)):
@@ -80,10 +90,15 @@ def check_trace(
 
 
 def check_bytes(
-    data: bytes, *, name: str = "<bytes>", format: str = AUTO, registry: str | Path | None = None
+    data: bytes,
+    *,
+    name: str = "<bytes>",
+    format: str = AUTO,
+    registry: str | Path | None = None,
+    open: bool = False,
 ) -> TraceVerdict:
     """Check a trace held in memory (tests, generated adversarial traces)."""
-    return check_source(lambda: io.BytesIO(data), name=name, format=format, registry=registry)
+    return check_source(lambda: io.BytesIO(data), name=name, format=format, registry=registry, open=open)
 
 
 @contextlib.contextmanager
@@ -126,8 +141,12 @@ def check_source(
     budget: Budget = DEFAULT_BUDGET,
     progress: Progress | None = None,
     strict: bool = False,
+    open: bool = False,
+    reopen: Opener | None = None,
 ) -> TraceVerdict:
-    """Check the trace that `opener` opens (it may be opened more than once)."""
+    """Check the trace that `opener` opens; `open` as in `check_trace`. A rejection re-reads
+    the trace up to the offending event through `reopen` (default: `opener`), so a caller that
+    follows a live file can re-read the part already written without waiting for more."""
     if format != AUTO and format not in FORMATS:
         raise ValueError(f"unknown trace format {format!r}; choose auto or one of {', '.join(FORMATS)}")
     trace = _unwrapped(opener)
@@ -137,7 +156,7 @@ def check_source(
     except TraceInputError as error:
         return _verdict(name, format, Outcome.invalid, finding=error.finding)
     registry_path = Path(registry) if registry is not None else None
-    run = _Run(name, fmt, budget)
+    run = _Run(name, fmt, budget, judge_open=open)
     with opener() as raw:
         counted: IO[bytes] = _Counting(raw, progress) if progress is not None else raw
         verdict = run.check(
@@ -148,7 +167,9 @@ def check_source(
         message = f"no trace format recognises this file; read as {fmt}: {finding.message}"
         verdict = replace(verdict, finding=replace(finding, message=message))
     if verdict.outcome is Outcome.rejected and run.rejection is not None:
-        prefix = _minimal_prefix(trace, fmt, registry_path, run.header, run.rejection)
+        prefix = _minimal_prefix(
+            _unwrapped(reopen) if reopen is not None else trace, fmt, registry_path, run.header, run.rejection
+        )
         verdict = _with_prefix(verdict, prefix)
     return verdict
 
@@ -160,10 +181,11 @@ def _unwrapped(opener: Opener) -> Opener:
 class _Run:
     """One pass of a source through the checker, collecting what the verdict needs."""
 
-    def __init__(self, name: str, fmt: str, budget: Budget) -> None:
+    def __init__(self, name: str, fmt: str, budget: Budget, *, judge_open: bool = False) -> None:
         self.name = name
         self.format = fmt
         self.budget = budget
+        self.judge_open = judge_open
         self.rejection: Rejection | None = None
         self.header: HeaderInfo | None = None
 
@@ -179,6 +201,9 @@ class _Run:
                 budget=self.budget,
             )
             source.drive(checker)
+            truncated = end_of_stream(self.format, checker, judge_open=self.judge_open)
+            if truncated is not None:
+                return self._verdict(Outcome.inconclusive, source, checker, finding=truncated)
             checker.finish()
         except TraceInputError as error:
             return self._verdict(Outcome.invalid, source, checker, finding=error.finding)
@@ -239,6 +264,21 @@ def _context_notes(source: Any) -> tuple[str, ...]:
     audit = getattr(source, "audit", None)
     note = audit.note() if audit is not None else None
     return (note,) if note else ()
+
+
+def end_of_stream(fmt: str, checker: Checker, *, judge_open: bool) -> Finding | None:
+    """The end-of-stream rule: a kvclaims-v1 trace is complete only when its writer closed it
+    (`trace_closed`, its last line). Without that end the file may be cut (a crash, a kill, a
+    tail not yet written), and what the trace still owes at its end cannot be judged: the
+    verdict is `inconclusive` with this finding, never `accepted`, unless the caller judges the
+    open prefix (`judge_open`). Foreign formats have no close event; their end is their own."""
+    if fmt != KVCLAIMS_V1 or judge_open or checker.closed_at is not None:
+        return None
+    return Finding(
+        ErrorClass.undecidable,
+        "truncated: the trace does not end with trace_closed (its writer never closed it: "
+        "still being written, crashed or killed); judge it as an open prefix with --open",
+    )
 
 
 def _verdict(

@@ -36,11 +36,11 @@ from typing import Any
 import msgspec
 
 from kvclaims.refinement.decoding import EVENT_NAME, EVENT_STRUCTS
-from kvclaims.refinement.ids import RetiredIds
-from kvclaims.refinement.reader import unknown_event_finding
+from kvclaims.refinement.reader import TraceInputError, unknown_event_finding
 from kvclaims.refinement.verdict import Counterexample, ErrorClass, Finding, Witness
 from kvclaims.spec.capacity import capacity_problem
 from kvclaims.spec.claims import HybridTwoKey
+from kvclaims.spec.ids import RetiredIds
 from kvclaims.spec.tables import DEVICE_CACHE_LEVELS
 from kvclaims.spec.trace import CAPACITY_PROOF_FIELDS, ConflictReason, RestorationOutcome
 from kvclaims.spec.vocabulary import ConformanceRule, ProtectionMode, TraceWitness
@@ -289,6 +289,8 @@ class Checker:
         self.first_unknown: Finding | None = None
         self._prefix_positions = 0
         """Positions of all live claims' presence maps (bounded by the budget)."""
+        self.closed_at: int | None = None
+        """The line of `trace_closed`, once seen: the stream ended cleanly there."""
         s = EVENT_STRUCTS
         self._stored = s["block_stored"]
         self._removed = s["block_removed"]
@@ -317,6 +319,7 @@ class Checker:
             s["block_stored"]: self._block_stored,
             s["block_removed"]: self._block_removed,
             s["fault_injected"]: self._fault,
+            s["trace_closed"]: self._trace_closed,
         }
 
     # --- driving ------------------------------------------------------------------------
@@ -337,6 +340,8 @@ class Checker:
 
     def feed(self, event: msgspec.Struct, line: int, index: int) -> None:
         """Check one step; `line` / `index` locate it in the source for counterexamples."""
+        if self.closed_at is not None:
+            _after_close(self.closed_at, line)
         self._line = line
         self._index = index
         self._run_end = index + 1
@@ -361,6 +366,8 @@ class Checker:
         shared = self.shared_owners
         handlers = self._handlers
         seen_eviction = self._seen_eviction
+        if self.closed_at is not None:
+            _after_close(self.closed_at, line)
         self.steps += len(events)
         self._run_end = index + len(events)
         if len(owners) >= self.budget.max_tracked_blocks:  # checked per run: overshoot <= one run
@@ -441,6 +448,8 @@ class Checker:
     def unknown(self, name: str, line: int, index: int) -> None:
         """An event type the format does not define: skipped, and the verdict can be at best
         inconclusive."""
+        if self.closed_at is not None:
+            _after_close(self.closed_at, line)
         if self.first_unknown is None:
             self.first_unknown = unknown_event_finding(name, line)
 
@@ -1327,6 +1336,14 @@ class Checker:
             self._advance(claim, Event.predicate_broken)
             self._settled_loss(claim)
 
+    def _trace_closed(self, ev: Any) -> None:
+        """The writer ended the stream: not a step of the model; nothing may follow it."""
+        del ev
+        self.steps -= 1
+        if self._index + 1 < self._run_end:
+            _after_close(self._line, self._line + 1)
+        self.closed_at = self._line
+
     def _fault(self, ev: Any) -> None:
         """A fault injection is context for the counterexample, not a model step."""
         self.steps -= 1
@@ -1367,3 +1384,15 @@ class Checker:
 
     def _exhausted(self, what: str) -> None:
         raise Undecidable(Finding(ErrorClass.budget_exhausted, f"budget exhausted: {what}", line=self._line))
+
+
+def _after_close(closed_at: int, line: int) -> None:
+    """An event after `trace_closed`: the file is not one trace (invalid input)."""
+    raise TraceInputError(
+        Finding(
+            ErrorClass.ordering,
+            f"an event follows trace_closed (line {closed_at}): a closed trace ends there",
+            line=line,
+            field="event",
+        )
+    )

@@ -50,6 +50,7 @@ TRACE_EXAMPLE: tuple[Mapping[str, Any], ...] = (
         "usable_blocks": 80,
         "capacity_shortfall_blocks": 50,
     },
+    {"seq": 4, "event": "trace_closed", "reason": "closed"},
 )
 """The example trace of the trace-format introduction (a test checks that it is accepted)."""
 
@@ -59,8 +60,9 @@ _INTROS: Mapping[str, str] = {
 
 A trace is what a runtime did, one JSON object per line (NDJSON, UTF-8), for `kvclaims check`
 to judge against the model (DESIGN.md 3 and 4). Line 1 is the **header**; every other line is
-one **event**, named by its `event` field, with a `seq` that strictly increases. For example, a
-hard-protected claim of 60 blocks, and a 70-block request refused on an 80-block pool:
+one **event**, named by its `event` field, with a `seq` that strictly increases; the last line
+of a complete trace is `trace_closed`. For example, a hard-protected claim of 60 blocks, and a
+70-block request refused on an 80-block pool:
 
 ```json
 {trace_example}
@@ -84,7 +86,10 @@ may be what the runtime did instead.
 A trace may be gzip-compressed (recognised by its first bytes, whatever the file name; read as a
 stream) and may start with a UTF-8 byte-order mark (ignored). With `--format auto`, a file no
 format recognises is read as trace v1, whose own error says what is wrong (an empty file, a
-missing header, bad JSON or an over-long line 1). Which sequences of events are legal (identity,
+missing header, bad JSON or an over-long line 1). A trace that does not end with `trace_closed`
+is truncated (its writer crashed, was killed, or is still writing): `inconclusive` unless judged
+as an open prefix (`kvclaims check --open`), and a line after `trace_closed` makes the trace
+`invalid`. Which sequences of events are legal (identity,
 lifecycle, capacity arithmetic, attribution, offload order, no silent harm, two-key
 checkpoints) is the subject of refinement, DESIGN.md 4; this page is the shape of each line.
 The machine-readable form is `schemas/trace-v1-header.schema.json` and

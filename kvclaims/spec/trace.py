@@ -326,6 +326,27 @@ class FaultInjected(_Event):
     request_id: Identifier | None = Field(None, description="The request the fault targets, if any.")
 
 
+class CloseReason(StrEnum):
+    """Why a trace writer ended its trace: the owner closed it (`closed`), the engine shut down
+    (`engine_shutdown`), a signal ended the process (`SIGTERM`, `SIGINT`), or the interpreter
+    exited with the trace still open (`atexit`)."""
+
+    closed = "closed"
+    engine_shutdown = "engine_shutdown"
+    SIGTERM = "SIGTERM"
+    SIGINT = "SIGINT"
+    atexit = "atexit"
+
+
+class TraceClosed(_Event):
+    """The last line of a complete trace: the writer ended the stream cleanly. A kvclaims-v1
+    trace without it is truncated (refinement: `inconclusive`, unless judged as an open
+    prefix), and a line after it makes the trace invalid. Not a step of the model."""
+
+    event: Literal["trace_closed"] = "trace_closed"
+    reason: CloseReason = Field(description="Why the writer ended the trace.")
+
+
 _EVENT_CLASSES: tuple[type[_Event], ...] = (
     ResidentClaimSubmitted,
     ResidentClaimAccepted,
@@ -349,6 +370,7 @@ _EVENT_CLASSES: tuple[type[_Event], ...] = (
     BlockStored,
     BlockRemoved,
     FaultInjected,
+    TraceClosed,
 )
 
 EVENT_MODELS: dict[str, type[_Event]] = {

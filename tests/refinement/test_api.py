@@ -24,7 +24,8 @@ def test_a_conforming_trace_is_accepted_through_the_package_entry_point(tmp_path
     verdict = kvclaims.check_trace(path)
     assert verdict.outcome is Outcome.accepted, verdict.reason
     assert verdict.format == "kvclaims-v1"
-    assert (verdict.events, verdict.claims, verdict.requests) == (len(trace.events), 1, 1)
+    # every event line counts, trace_closed too
+    assert (verdict.events, verdict.claims, verdict.requests) == (len(trace.events) + 1, 1, 1)
 
 
 def test_a_rejection_names_rule_line_state_and_alternatives() -> None:
@@ -96,7 +97,7 @@ def test_an_end_of_trace_rejection_says_so_instead_of_line_zero() -> None:
     assert verdict.counterexample.event_index == -1
     assert verdict.reason.startswith("end of trace: [no_silent_harm]")
     assert "at the end of the trace" in render_verdict(verdict)
-    assert verdict.events == 3
+    assert verdict.events == 4  # three events and trace_closed
 
 
 # --- what check_trace reads: paths, bytes, file objects; gzip, BOM; auto-detection errors --------
@@ -121,7 +122,8 @@ def test_a_path_bytes_and_file_objects_get_the_same_verdict(tmp_path: Path) -> N
         verdicts = [check_trace(path), check_trace(data), check_trace(handle), check_trace(pipe)]
         assert not handle.closed  # the caller's file stays the caller's
     verdicts.append(check_trace(io.BytesIO(data)))
-    assert {(v.outcome, v.events, v.steps) for v in verdicts} == {(Outcome.accepted, 9, 9)}
+    # nine events and trace_closed, which is no model step
+    assert {(v.outcome, v.events, v.steps) for v in verdicts} == {(Outcome.accepted, 10, 9)}
 
 
 def test_gzip_and_a_byte_order_mark_are_read_like_the_plain_file(tmp_path: Path) -> None:

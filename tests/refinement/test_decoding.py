@@ -95,6 +95,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     },
     "block_removed": {"block_id": 1, "block_hash": "h1"},
     "fault_injected": {"kind": "load_failure", "claim_id": "claim:a", "request_id": None},
+    "trace_closed": {"reason": "SIGTERM"},
 }
 
 VALUES = st.sampled_from(

@@ -69,7 +69,7 @@ def test_bad_input_is_invalid_with_a_located_finding(name: str) -> None:
 
 
 def test_an_unknown_event_type_is_inconclusive_not_invalid() -> None:
-    verdict = check_bytes(VALID + b'{"seq":99,"event":"resident_claim_teleported","claim_id":"A"}\n')
+    verdict = check_bytes(valid_trace().add("resident_claim_teleported", claim_id="A").ndjson())
     assert verdict.outcome is Outcome.inconclusive and verdict.error_class is ErrorClass.unknown_event
 
 
