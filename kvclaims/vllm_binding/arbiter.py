@@ -125,6 +125,8 @@ def layout_problem(scheduler: Any) -> str | None:
         return "prefix hashes are finer than the scheduler block size"
     if scheduler.dcp_world_size > 1 or scheduler.pcp_world_size > 1:
         return "context parallelism shards blocks across ranks"
+    if getattr(scheduler, "num_hash_lookahead_tokens", 0):  # vLLM 0.33, EAGLE block drop
+        return "block hashes cover lookahead tokens beyond the block (EAGLE block drop)"
     return None
 
 
