@@ -1,7 +1,8 @@
 """`kvclaims vllm`: resident claims on vLLM 0.32 (the vLLM binding's lanes).
 
     kvclaims vllm scenario --list [--lane scheduler|engine]   names, one per line (controls: control-*)
-    kvclaims vllm scenario NAME [--lane scheduler|engine] [-o TRACE] [--json]
+    kvclaims vllm scenario NAME [--lane scheduler|engine] [--engine-core in-process|multiprocess]
+                           [-o TRACE] [--json]
     kvclaims vllm sweep [-o DIR] [--json]              the 60/70 capacity sweep, 80..150 usable
     kvclaims vllm fuzz [--examples N] [--steps M] [-o DIR] [--json]   the long fuzzing profile
     kvclaims vllm tiny-model DIR                       build the engine lane's tiny Llama locally
@@ -48,6 +49,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     scenario.add_argument("name", nargs="?", metavar="NAME")
     scenario.add_argument("--list", action="store_true", help="print scenario names, one per line")
     scenario.add_argument("--lane", choices=LANES, default="scheduler")
+    scenario.add_argument(
+        "--engine-core",
+        choices=("in-process", "multiprocess"),
+        default="in-process",
+        help="engine lane: vLLM's engine core in this process, or in its own (the server's default)",
+    )
     scenario.add_argument("-o", "--out", type=Path, metavar="TRACE", help="trace file to write")
     scenario.add_argument("--json", action="store_true", help="print one JSON object")
     scenario.set_defaults(run=_run_scenario)
@@ -192,9 +199,14 @@ def _run_engine_scenario(args: argparse.Namespace) -> int:
 
     trace = args.out or DEFAULT_OUT / "engine" / f"{args.name}.ndjson"
     _vllm_logs_to_stderr()
-    with stdout_console().status("starting vLLM (tiny model, CPU)"):
-        lane = EngineLane()
-        _vllm_logs_to_stderr()
+    if args.engine_core == "multiprocess":
+        from kvclaims.lab.production_engines import MultiprocessLane
+
+        lane: EngineLane = MultiprocessLane()  # starts one engine per scenario, in `begin`
+    else:
+        with stdout_console().status("starting vLLM (tiny model, CPU)"):
+            lane = EngineLane()
+            _vllm_logs_to_stderr()
     try:
         result = run_engine_scenario(lane, args.name, trace)
     finally:
@@ -216,6 +228,7 @@ def _run_engine_scenario(args: argparse.Namespace) -> int:
             {
                 "scenario": args.name,
                 "lane": "engine",
+                "engine_core": args.engine_core,
                 "control": scenario.control,
                 "trace": str(trace),
                 "verdict": outcome,
