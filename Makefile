@@ -53,6 +53,27 @@ $(VLLM033_STAMP): constraints.txt tools/vllm_requirements.py
 test-vllm-033: $(VLLM033_STAMP)
 	KVCLAIMS_REQUIRE_VLLM=1 $(PY033) -m pytest $(SCHEDULER_LANE)
 
+# A GPU machine (not CI; needs the package index): the CUDA wheel in its own venv, then the
+# engine lane's paths A/B/C (on vLLM's CUDA offload worker), the capacity sweep, the server
+# test and the multiprocess engine core. `make gpu-lane GPU_VLLM=0.33.0` tries the current
+# release instead of kvclaims[vllm]'s 0.32.0. docs/vllm-binding.md, "GPU machines".
+VENVGPU ?= .venv-gpu
+PYGPU   := $(VENVGPU)/bin/python
+GPU_OUT ?= out/gpu-lane
+GPU_VLLM ?=
+GPU_PATHS := path-a-restore path-b-restore-failure path-c-multi-claim
+
+gpu-lane:
+	$(PYTHON) -m venv $(VENVGPU)
+	$(PYGPU) -m pip install --quiet --upgrade pip
+	$(PYGPU) -m pip install --quiet -e $(if $(GPU_VLLM),'.[dev]' vllm==$(GPU_VLLM),'.[dev,vllm]')
+	$(PYGPU) -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.cuda.get_device_name())"
+	for path in $(GPU_PATHS); do \
+	  $(VENVGPU)/bin/kvclaims vllm scenario $$path --lane engine -o $(GPU_OUT)/$$path.ndjson || exit 1; done
+	$(VENVGPU)/bin/kvclaims vllm sweep -o $(GPU_OUT)/sweep
+	KVCLAIMS_REQUIRE_VLLM=1 $(PYGPU) -m pytest tests/lab/test_engine_lane.py tests/vllm_binding/test_server.py \
+	  tests/lab/test_production_engines.py -k "not data_parallel"
+
 # vLLM-marked tests fail (not skip) here when vLLM is missing. Then the scheduler lane again
 # on vLLM 0.33.0 (measured from an empty venv: 13 min 52 s, 88 tests; docs/vllm-binding.md).
 test: setup setup-vllm
@@ -73,4 +94,4 @@ reports: setup
 	$(VENV)/bin/kvclaims prove --out proofs
 
 clean:
-	rm -rf $(VENV) $(VENV033) kvclaims-out .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VENV033) $(VENVGPU) kvclaims-out .pytest_cache .hypothesis

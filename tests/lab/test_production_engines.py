@@ -74,13 +74,16 @@ def test_the_multiprocess_engine_core_fails_a_claimed_restoration_closed(tmp_pat
     assert events.count("request_finished") == 3, "source, pressure and reuse, none lost at shutdown"
 
 
-def test_the_cpu_platform_turns_async_scheduling_off() -> None:
+def test_only_a_gpu_engine_runs_async_scheduling() -> None:
     """Asked for async scheduling, vLLM's CPU platform resolves the engine to synchronous
-    scheduling (`vllm/platforms/cpu.py`), so `ClaimAsyncScheduler` with loads in flight cannot
-    run on a CPU engine; the scheduler lane covers the async scheduler without a model."""
+    scheduling (`vllm/platforms/cpu.py`), so `ClaimAsyncScheduler` with loads in flight runs
+    only on a GPU engine (`make gpu-lane`, where it is vLLM's default); on CPU the scheduler
+    lane covers the async scheduler with fabricated model outputs."""
+    from vllm.platforms import current_platform
+
     from kvclaims.lab.production_engines import resolved_async_scheduling
 
-    assert resolved_async_scheduling(True) is False
+    assert resolved_async_scheduling(True) is (not current_platform.is_cpu())
     assert resolved_async_scheduling(False) is False
 
 
