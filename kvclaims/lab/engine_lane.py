@@ -100,7 +100,9 @@ class ScenarioRun:
 class EngineLane:
     """One in-process vLLM engine with the binding; scenarios run on it one after another."""
 
-    def __init__(self, spec: EngineSpec | None = None, *, model_dir: Path | None = None) -> None:
+    def __init__(
+        self, spec: EngineSpec | None = None, *, model_dir: Path | None = None, async_scheduling: bool = False
+    ) -> None:
         require_supported_vllm()
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         from vllm import LLM
@@ -117,6 +119,8 @@ class EngineLane:
             kwargs["kv_events_config"] = self.capture.events_config()
         self.base = base_config(spec)
         started = time.perf_counter()
+        if async_scheduling:
+            kwargs["async_scheduling"] = True
         self.llm = LLM(str(self.model_dir), **llm_kwargs(spec), **self.base.engine_kwargs(), **kwargs)
         self.start_seconds = time.perf_counter() - started
         self._run: ScenarioRun | None = None

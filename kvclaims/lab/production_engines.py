@@ -135,6 +135,40 @@ class MultiprocessLane(EngineLane):
             self.end()
 
 
+class AsyncEngineLane(EngineLane):
+    """The in-process engine lane with async scheduling on a CPU engine.
+
+    vLLM's CPU platform turns async scheduling off whatever was asked ("async scheduling is
+    not required on CPU", `CpuPlatform.check_and_update_config`). This lane keeps the value
+    asked for while the engine is configured, so the engine core runs `ClaimAsyncScheduler`
+    with a batch queue: the model output of step N arrives after `schedule()` of step N+1,
+    with the connector's loads in flight, on the real CPU model runner. vLLM does not ship
+    this configuration on CPU; it exercises the binding's async path end to end, which a GPU
+    engine runs by default (`make gpu-lane`).
+    """
+
+    def __init__(self, spec: EngineSpec | None = None, *, model_dir: Path | None = None) -> None:
+        from vllm.platforms.cpu import CpuPlatform
+
+        resolve = CpuPlatform.__dict__["check_and_update_config"]
+
+        def keep_async_scheduling(cls: type, vllm_config: Any) -> None:
+            asked = vllm_config.scheduler_config.async_scheduling
+            resolve.__func__(cls, vllm_config)
+            vllm_config.scheduler_config.async_scheduling = asked
+
+        CpuPlatform.check_and_update_config = classmethod(keep_async_scheduling)  # type: ignore[method-assign,assignment]
+        try:
+            super().__init__(spec, model_dir=model_dir, async_scheduling=True)
+        finally:
+            CpuPlatform.check_and_update_config = resolve  # type: ignore[method-assign]
+
+    @property
+    def batch_queue_size(self) -> int:
+        """Scheduled batches the engine core keeps in flight (1: synchronous)."""
+        return int(self.llm.llm_engine.engine_core.engine_core.batch_queue_size)
+
+
 def start_multiprocess_llm(model_dir: Path, spec: EngineSpec, config: BindingConfig, **extra: Any) -> Any:
     """`vllm.LLM` with the binding and its engine core in a separate process.
 

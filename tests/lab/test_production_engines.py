@@ -115,3 +115,30 @@ def test_two_data_parallel_engines_write_one_accepted_trace_each(tmp_path: Path)
     assert {"resident_claim_accepted", "active_request_refused"} <= set(kinds(first))
     assert kinds(second).count("active_request_admitted") == 1
     assert not [kind for kind in kinds(second) if kind.startswith("resident_claim")]
+
+
+def test_the_async_scheduler_keeps_claims_with_loads_in_flight(tmp_path: Path) -> None:
+    """Paths A, B and C on `ClaimAsyncScheduler` with the connector and the real model runner
+    (async scheduling forced on the CPU engine, `AsyncEngineLane`): restore before reuse,
+    the failed restoration refused naming its claim, only the target named; all accepted."""
+    from kvclaims.lab.engine_scenarios import run_engine_scenario
+    from kvclaims.lab.production_engines import AsyncEngineLane
+    from kvclaims.vllm_binding.scheduler import ClaimAsyncScheduler
+
+    names = ("path-a-restore", "path-b-restore-failure", "path-c-multi-claim")
+    lane = AsyncEngineLane()
+    try:
+        assert type(lane.scheduler) is ClaimAsyncScheduler
+        assert lane.batch_queue_size == 2, "outputs of step N arrive after schedule() of step N+1"
+        results = [run_engine_scenario(lane, name, tmp_path / f"{name}.ndjson") for name in names]
+    finally:
+        lane.close()
+    for result in results:
+        verdict = check_trace(result.trace_path)
+        assert verdict.outcome == "accepted", f"{result.name}: {verdict.reason}"
+    a, b, c = (result.numbers for result in results)
+    assert a["reuse_restored"] and a["reuse_reuse_satisfied"] and a["reuse_reuse_cached_blocks"] == 4
+    assert b["reuse_restoration_failed"] and b["reuse_refused_blocking"] == ["claim:A"]
+    assert b["reuse_stop_reason"] == "kvclaims:refused:restoration_failed:claim:A"
+    assert c["reuse-a_refused_blocking"] == ["claim:A"]
+    assert c["reuse-b_restored"] and c["reuse-b_reuse_satisfied"]
