@@ -75,7 +75,7 @@ gpu-lane:
 	  tests/lab/test_production_engines.py -k "not data_parallel"
 
 # vLLM-marked tests fail (not skip) here when vLLM is missing. Then the scheduler lane again
-# on vLLM 0.33.0 (measured from an empty venv: 13 min 52 s, 88 tests; docs/vllm-binding.md).
+# on vLLM 0.33.0 (from an empty venv 13 min 52 s on a loaded 2-core machine; docs/vllm-binding.md).
 test: setup setup-vllm
 	KVCLAIMS_REQUIRE_VLLM=1 $(PY) -m pytest
 	$(MAKE) test-vllm-033
