@@ -73,7 +73,6 @@ class MultiprocessLane(EngineLane):
         self.base = base_config(self.spec)
         self.llm: Any = None
         self.start_seconds = 0.0
-        self.shutdown_seconds = 0.0
         self._run: ScenarioRun | None = None
 
     @property
@@ -123,9 +122,7 @@ class MultiprocessLane(EngineLane):
     def end(self) -> ScenarioRun:
         """Shut the engine down; the engine core closes the trace on its way out."""
         run = self._require_run()
-        started = time.perf_counter()
         self.llm.llm_engine.engine_core.shutdown(timeout=SHUTDOWN_TIMEOUT_SECONDS)
-        self.shutdown_seconds += time.perf_counter() - started
         self.llm = None
         self._run = None
         return run
@@ -205,7 +202,6 @@ class Completion:
 
     finish_reason: str | None
     stop_reason: str | None
-    cached_tokens: int | None
 
 
 class DataParallelServer:
@@ -224,8 +220,6 @@ class DataParallelServer:
         self.binding = BindingConfig(trace_path=str(out / f"claims-{DP_RANK_PLACEHOLDER}.ndjson"))
         self.log_path = out / "server.log"
         self._process: subprocess.Popen[bytes] | None = None
-        self.start_seconds = 0.0
-        self.stop_seconds = 0.0
 
     def trace(self, rank: int) -> Path:
         template = self.binding.trace_template(rank)
@@ -297,7 +291,6 @@ class DataParallelServer:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as response:
                     if response.status == 200:
-                        self.start_seconds = time.perf_counter() - started
                         return
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
@@ -326,17 +319,13 @@ class DataParallelServer:
         with urllib.request.urlopen(request, timeout=120) as response:
             answer = json.loads(response.read())
         choice = answer["choices"][0]
-        details = (answer.get("usage") or {}).get("prompt_tokens_details") or {}
         stop = choice.get("stop_reason")
-        return Completion(
-            choice.get("finish_reason"), stop if isinstance(stop, str) else None, details.get("cached_tokens")
-        )
+        return Completion(choice.get("finish_reason"), stop if isinstance(stop, str) else None)
 
     def stop(self) -> int | None:
         """SIGTERM, as an orchestrator stops a server; waits for every engine to exit."""
         if self._process is None:
             return None
-        started = time.perf_counter()
         if self._process.poll() is None:
             self._process.send_signal(signal.SIGTERM)
             try:
@@ -344,7 +333,6 @@ class DataParallelServer:
             except subprocess.TimeoutExpired:
                 self._process.kill()
                 self._process.wait()
-        self.stop_seconds = time.perf_counter() - started
         code = self._process.returncode
         self._process = None
         return code
