@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvclaims.lab.fuzz_settings import DETERMINISTIC
 from kvclaims.microruntime.runtime import MicroRuntime
 from kvclaims.microruntime.tracing import TraceBuffer
 from kvclaims.refinement import Outcome, check_bytes
@@ -25,13 +26,7 @@ from kvclaims.testing import (
     valid_traces,
 )
 
-BOUNDED = settings(
-    max_examples=40,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+BOUNDED = settings(DETERMINISTIC, max_examples=40)
 
 
 @BOUNDED

@@ -1,6 +1,6 @@
 """`kvclaims fuzz [--minutes N] [--policy NAME] [--planted-bug]`: fuzz the MicroRuntime.
 
-Runs the Hypothesis state machine `kvclaims.microruntime.testing.MicroRuntimeMachine` in random
+Runs the Hypothesis state machine `kvclaims.lab.micro_fuzzing.MicroRuntimeMachine` in random
 batches until the time is up or an invariant breaks, with a progress bar. Reports which
 lifecycle phases and transitions the runtime reached (against the graph derived from the
 transition table) and how many rule steps and trace events it executed. On a failure, it
@@ -36,8 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from kvclaims.lab.micro_fuzzing import MicroRuntimeMachine, PlantedBugMachine, fresh_machine, fuzz
     from kvclaims.microruntime.policies import POLICIES
-    from kvclaims.microruntime.testing import MicroRuntimeMachine, PlantedBugMachine, fresh_machine, fuzz
     from kvclaims.spec.errors import InputError, Problem
     from kvclaims.statemachine.graph import all_transitions
     from kvclaims.statemachine.lifecycle import Phase

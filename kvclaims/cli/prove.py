@@ -44,7 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvclaims.solver.proofs import all_obligations, run_obligation
+    from kvclaims.solver.obligations import all_obligations
+    from kvclaims.solver.proofs import run_obligation
     from kvclaims.solver.report import drifted, drifted_files, write_files, write_results
 
     obligations = all_obligations()
@@ -131,7 +132,8 @@ def progress_steps(total: int, label: str) -> Iterator[Callable[[str], None]]:
 
 def demo_stage(out: Path) -> str:
     """`kvclaims demo`: run every obligation into OUT/proofs and compare with the committed ones."""
-    from kvclaims.solver.proofs import all_obligations, run_obligation
+    from kvclaims.solver.obligations import all_obligations
+    from kvclaims.solver.proofs import run_obligation
     from kvclaims.solver.report import drifted, write_results
 
     committed = Path(__file__).resolve().parents[2] / "proofs"

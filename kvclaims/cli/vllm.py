@@ -358,12 +358,12 @@ def _run_fuzz(args: argparse.Namespace) -> int:
     from hypothesis.stateful import run_state_machine_as_test
     from rich.progress import Progress
 
-    from kvclaims.lab import fuzzing
+    from kvclaims.lab import scheduler_fuzzing
 
     args.out.mkdir(parents=True, exist_ok=True)
-    fuzzing.SchedulerFuzz.trace_dir = args.out
+    scheduler_fuzzing.SchedulerFuzz.trace_dir = args.out
     profile = settings(
-        fuzzing.CI_SETTINGS,
+        scheduler_fuzzing.CI_SETTINGS,
         max_examples=args.examples,
         stateful_step_count=args.steps,
         derandomize=args.derandomize,
@@ -372,14 +372,16 @@ def _run_fuzz(args: argparse.Namespace) -> int:
     failure: BaseException | None = None
     with Progress(transient=True, disable=not stdout_console().is_terminal) as progress:
         task = progress.add_task("fuzzing vLLM's scheduler", total=args.examples)
-        fuzzing.SchedulerFuzz.on_example = lambda: progress.update(task, completed=fuzzing.STATS.examples)
+        scheduler_fuzzing.SchedulerFuzz.on_example = lambda: progress.update(
+            task, completed=scheduler_fuzzing.STATS.examples
+        )
         try:
-            run_state_machine_as_test(fuzzing.SchedulerFuzz, settings=profile)
+            run_state_machine_as_test(scheduler_fuzzing.SchedulerFuzz, settings=profile)
         except Exception as error:  # falsified invariants, rejected traces, crashes (or a group)
             failure = error
         finally:
-            fuzzing.SchedulerFuzz.on_example = None
-    summary = fuzzing.STATS.summary()
+            scheduler_fuzzing.SchedulerFuzz.on_example = None
+    summary = scheduler_fuzzing.STATS.summary()
     if args.json:
         print_json({**summary, "failure": None if failure is None else _describe(failure)})
     else:

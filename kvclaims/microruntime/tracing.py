@@ -92,6 +92,11 @@ class NdjsonTraceWriter:
         self.close()
 
 
+def encode_trace(header: dict[str, Any], events: Iterable[dict[str, Any]]) -> bytes:
+    """A whole trace as NDJSON bytes (header line, then one line per event)."""
+    return b"".join(_ENCODER.encode(line) + b"\n" for line in (header, *events))
+
+
 def write_trace(path: Path, header: dict[str, Any], events: Iterable[dict[str, Any]]) -> Path:
     """Write a whole trace as NDJSON (header line, then one line per event)."""
     path.parent.mkdir(parents=True, exist_ok=True)

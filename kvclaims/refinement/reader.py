@@ -172,3 +172,12 @@ def check_integers(value: Any, line: int, depth: int = 0) -> None:
     elif type(value) is list:
         for item in value:
             check_integers(item, line, depth + 1)
+
+
+def push(events: Iterator[tuple[int, int, Any]], sink: Sink) -> None:
+    """Drive a sink from a `(line, index, step | UnknownEvent)` iterator."""
+    for line, index, event in events:
+        if type(event) is UnknownEvent:
+            sink.unknown(event.name, line, index)
+        else:
+            sink.feed(event, line, index)

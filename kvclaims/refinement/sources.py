@@ -30,6 +30,7 @@ from kvclaims.refinement.reader import (
     decode_json,
     ordering_error,
     parse_error,
+    push,
     read_lines,
 )
 
@@ -48,15 +49,6 @@ class Source(Protocol):
     records: int
 
     def drive(self, sink: Sink) -> None: ...
-
-
-def push(events: Iterator[tuple[int, int, Any]], sink: Sink) -> None:
-    """Drive a sink from a `(line, index, step | UnknownEvent)` iterator."""
-    for line, index, event in events:
-        if type(event) is UnknownEvent:
-            sink.unknown(event.name, line, index)
-        else:
-            sink.feed(event, line, index)
 
 
 class Abstraction(Protocol):

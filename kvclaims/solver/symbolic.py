@@ -153,13 +153,6 @@ class Layout:
         observations = tuple(ObservationSite(o.atom, o) for o in descriptor.observations)
         return cls(adapters, tuple(evidence), observations)
 
-    def with_spare_sites(self, sites: list[EvidenceSite]) -> Layout:
-        """This layout plus extra (initially absent) evidence sites, kept in candidate order."""
-        native = [s for s in (*self.evidence, *sites) if s.adapter is None]
-        by_adapter = [s for s in (*self.evidence, *sites) if s.adapter is not None]
-        by_adapter.sort(key=lambda s: s.adapter)  # stable: keeps item order inside an adapter
-        return Layout(self.adapters, (*native, *by_adapter), self.observations)
-
 
 def obligation_of(name: str, facts: Facts) -> Obligation:
     """The obligation an evidence name denotes, resolving legacy aliases like the loader."""
@@ -318,14 +311,6 @@ class SymbolicDescriptor:
         literals += [z3.Not(var) for var in self.forbidden.values()]
         literals += [z3.Not(var) for pre in self.preconditions for var in pre.values()]
         return literals
-
-    def fix_row(self, mode: ProtectionMode, depth: AdapterDepth) -> z3.BoolRef:
-        """The row is (`mode`, `depth`) with no inferences."""
-        return z3.And(
-            self.mode == MODES.index(mode),
-            self.depth == DEPTHS.index(depth),
-            *[var == NO_INFERENCE for var in self.inferred.values()],
-        )
 
     # --- reading a model back ---
 

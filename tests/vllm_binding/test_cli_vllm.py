@@ -94,13 +94,13 @@ def test_sweep_prints_one_row_per_capacity(tmp_path: Path, capsys: pytest.Captur
 
 @pytest.mark.vllm
 def test_fuzz_command_runs_a_short_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from kvclaims.lab import fuzzing
+    from kvclaims.lab import scheduler_fuzzing
 
-    fuzzing.STATS.__init__()  # type: ignore[misc]
+    scheduler_fuzzing.STATS.__init__()  # type: ignore[misc]
     code = run_cli(
         ["vllm", "fuzz", "--examples", "5", "--steps", "10", "--derandomize", "-o", str(tmp_path), "--json"]
     )
-    fuzzing.SchedulerFuzz.trace_dir = None
+    scheduler_fuzzing.SchedulerFuzz.trace_dir = None
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["failure"] is None
     assert report["examples"] >= 5 and report["rule_steps"] > 0

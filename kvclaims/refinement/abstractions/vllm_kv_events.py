@@ -45,6 +45,7 @@ from kvclaims.refinement.reader import (
     decode_json,
     ordering_error,
     parse_error,
+    push,
     read_lines,
 )
 from kvclaims.refinement.verdict import ErrorClass, Finding
@@ -445,8 +446,6 @@ class KvEventsSource:
         }
 
     def drive(self, sink: Any) -> None:
-        from kvclaims.refinement.sources import push
-
         push(self.events(), sink)
 
     def events(self) -> Iterator[tuple[int, int, Any]]:
