@@ -37,7 +37,7 @@ VENV033 ?= .venv-vllm033
 PY033   := $(VENV033)/bin/python
 VLLM033_STAMP := $(VENV033)/.kvclaims-vllm033-installed
 SCHEDULER_LANE := tests/vllm_binding/test_scheduler_binding.py tests/lab/test_scheduler_scenarios.py \
-	tests/lab/test_fuzz_scheduler.py tests/vllm_binding/test_cache_policy.py tests/vllm_binding/test_plugin.py \
+	tests/lab/test_scheduler_fuzzing.py tests/vllm_binding/test_cache_policy.py tests/vllm_binding/test_plugin.py \
 	tests/vllm_binding/test_connector.py tests/tools/test_vllm_requirements.py
 
 $(VLLM033_STAMP): constraints.txt tools/vllm_requirements.py
