@@ -40,7 +40,7 @@ SCHEDULER_LANE := tests/vllm_binding/test_scheduler_binding.py tests/lab/test_sc
 	tests/lab/test_scheduler_fuzzing.py tests/vllm_binding/test_cache_policy.py tests/vllm_binding/test_plugin.py \
 	tests/vllm_binding/test_connector.py tests/tools/test_vllm_requirements.py
 
-$(VLLM033_STAMP): constraints.txt tools/vllm_requirements.py
+$(VLLM033_STAMP): pyproject.toml constraints.txt tools/vllm_requirements.py
 	$(PYTHON) -m venv $(VENV033)
 	$(PY033) -m pip install --quiet --upgrade pip
 	$(PY033) -m pip install --quiet -c constraints.txt -e '.[dev]'
