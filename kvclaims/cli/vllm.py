@@ -141,9 +141,14 @@ def _run_engine_scenario(args: argparse.Namespace) -> int:
 
     trace = args.out or DEFAULT_OUT / "engine" / f"{args.name}.ndjson"
     _vllm_logs_to_stderr()
-    with stdout_console().status("starting vLLM (tiny model, CPU)"):
-        lane = EngineLane()
-        _vllm_logs_to_stderr()
+    if args.engine_core == "multiprocess":
+        from kvclaims.lab.production_engines import MultiprocessLane
+
+        lane: EngineLane = MultiprocessLane()  # starts one engine per scenario, in `begin`
+    else:
+        with stdout_console().status("starting vLLM (tiny model, CPU)"):
+            lane = EngineLane()
+            _vllm_logs_to_stderr()
     try:
         result = run_engine_scenario(lane, args.name, trace)
     finally:
@@ -165,6 +170,7 @@ def _run_engine_scenario(args: argparse.Namespace) -> int:
             {
                 "scenario": args.name,
                 "lane": "engine",
+                "engine_core": args.engine_core,
                 "control": scenario.control,
                 "trace": str(trace),
                 "verdict": outcome,
@@ -446,6 +452,13 @@ lane_option = click.option(
 @click.argument("name", required=False, metavar="[NAME]")
 @click.option("--list", is_flag=True, help="print scenario names, one per line (works without vLLM)")
 @lane_option
+@click.option(
+    "--engine-core",
+    type=click.Choice(("in-process", "multiprocess")),
+    default="in-process",
+    show_default=True,
+    help="engine lane: vLLM's engine core in this process, or in its own (the server's default)",
+)
 @out_option("trace file to write", metavar="TRACE")
 @json_option
 def _scenario_command(**options: object) -> int:

@@ -100,7 +100,9 @@ class ScenarioRun:
 class EngineLane:
     """One in-process vLLM engine with the binding; scenarios run on it one after another."""
 
-    def __init__(self, spec: EngineSpec | None = None, *, model_dir: Path | None = None) -> None:
+    def __init__(
+        self, spec: EngineSpec | None = None, *, model_dir: Path | None = None, async_scheduling: bool = False
+    ) -> None:
         require_supported_vllm()
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         from vllm import LLM
@@ -115,29 +117,11 @@ class EngineLane:
 
             self.capture = KvEventCapture()
             kwargs["kv_events_config"] = self.capture.events_config()
-        self.base = BindingConfig(
-            trace_source=None,
-            offload=OffloadSettings(cpu_bytes=spec.cpu_chunks * spec.block_bytes),
-        )
+        self.base = base_config(spec)
         started = time.perf_counter()
-        self.llm = LLM(
-            str(self.model_dir),
-            served_model_name=SERVED_MODEL_NAME,
-            skip_tokenizer_init=True,
-            enforce_eager=True,
-            dtype="float32",
-            seed=0,
-            block_size=ENGINE_BLOCK_SIZE,
-            max_model_len=spec.max_model_len,
-            num_gpu_blocks_override=spec.usable_blocks + 1,  # + vLLM's null block
-            kv_cache_memory_bytes=max(64 << 20, 2 * (spec.usable_blocks + 1) * spec.block_bytes),
-            max_num_seqs=spec.max_num_seqs,
-            max_num_batched_tokens=spec.max_num_batched_tokens,
-            disable_log_stats=True,
-            enable_prefix_caching=True,
-            **self.base.engine_kwargs(),
-            **kwargs,
-        )
+        if async_scheduling:
+            kwargs["async_scheduling"] = True
+        self.llm = LLM(str(self.model_dir), **llm_kwargs(spec), **self.base.engine_kwargs(), **kwargs)
         self.start_seconds = time.perf_counter() - started
         self._run: ScenarioRun | None = None
 
@@ -173,14 +157,7 @@ class EngineLane:
         the lane's `BindingConfig`), empty prefix caches, this failure policy and plan."""
         if self._run is not None:
             raise RuntimeError("a scenario is already running on this lane")
-        config = BindingConfig.model_validate(
-            {
-                **self.base.model_dump(exclude_none=True),
-                "trace_path": str(trace_path),
-                "trace_source": TRACE_SOURCE,
-                **(binding or {}),
-            }
-        )
+        config = scenario_config(self.base, trace_path, TRACE_SOURCE, binding)
         trace_path.parent.mkdir(parents=True, exist_ok=True)
         self.scheduler.kvclaims_restart(config)
         self.scheduler.recompute_kv_load_failures = kv_load_failure_policy == "recompute"
@@ -257,6 +234,44 @@ class EngineLane:
         self.llm.llm_engine.engine_core.shutdown()
         if self.capture is not None:
             self.capture.close()
+
+
+def base_config(spec: EngineSpec) -> BindingConfig:
+    """The binding's config on a lane engine: defaults, with the claim connector's CPU tier."""
+    return BindingConfig(offload=OffloadSettings(cpu_bytes=spec.cpu_chunks * spec.block_bytes))
+
+
+def scenario_config(
+    base: BindingConfig, trace_path: Path, source: str, binding: dict[str, Any] | None
+) -> BindingConfig:
+    """`base` writing `trace_path`, with a scenario's `binding` overrides."""
+    return BindingConfig.model_validate(
+        {
+            **base.model_dump(exclude_none=True),
+            "trace_path": str(trace_path),
+            "trace_source": source,
+            **(binding or {}),
+        }
+    )
+
+
+def llm_kwargs(spec: EngineSpec) -> dict[str, Any]:
+    """`vllm.LLM` arguments of a lane engine on the tiny model (the binding's come apart)."""
+    return {
+        "served_model_name": SERVED_MODEL_NAME,
+        "skip_tokenizer_init": True,
+        "enforce_eager": True,
+        "dtype": "float32",
+        "seed": 0,
+        "block_size": ENGINE_BLOCK_SIZE,
+        "max_model_len": spec.max_model_len,
+        "num_gpu_blocks_override": spec.usable_blocks + 1,  # + vLLM's null block
+        "kv_cache_memory_bytes": max(64 << 20, 2 * (spec.usable_blocks + 1) * spec.block_bytes),
+        "max_num_seqs": spec.max_num_seqs,
+        "max_num_batched_tokens": spec.max_num_batched_tokens,
+        "disable_log_stats": True,
+        "enable_prefix_caching": True,
+    }
 
 
 def _finished(output: Any) -> Finished:

@@ -134,6 +134,8 @@ def layout_problem(scheduler: Any) -> str | None:
         return "prefix hashes are finer than the scheduler block size"
     if scheduler.dcp_world_size > 1 or scheduler.pcp_world_size > 1:
         return "context parallelism shards blocks across ranks"
+    if getattr(scheduler, "num_hash_lookahead_tokens", 0):  # vLLM 0.33, EAGLE block drop
+        return "block hashes cover lookahead tokens beyond the block (EAGLE block drop)"
     return None
 
 
@@ -203,10 +205,12 @@ class ClaimArbiter:
     # -- telemetry ------------------------------------------------------------------------
 
     def _open_sink(self) -> EventSink:
-        path = self.config.trace_path
+        # vLLM resets data_parallel_rank to 0 on every engine of a dense model (its ranks are
+        # independent); data_parallel_index keeps the engine's own rank.
+        rank = self._s.vllm_config.parallel_config.data_parallel_index
+        path = self.config.trace_template(rank)
         if path is None:
             return NullSink()
-        rank = self._s.vllm_config.parallel_config.data_parallel_rank
         header = TraceHeader(
             kvclaims_trace=1,
             source=self.config.trace_source or f"vllm {_vllm_version()} scheduler + kvclaims.vllm_binding",

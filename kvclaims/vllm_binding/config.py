@@ -11,6 +11,7 @@ Client input (per-request claim metadata) is never read from here; see `metadata
 from __future__ import annotations
 
 from enum import StrEnum
+from pathlib import PurePath
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictBool, ValidationError, model_validator
@@ -21,6 +22,9 @@ from kvclaims.spec.vocabulary import ProtectionMode
 
 ADDITIONAL_CONFIG_KEY = "kvclaims"
 """The key of `VllmConfig.additional_config` that holds a `BindingConfig`."""
+
+DP_RANK_PLACEHOLDER = "{dp_rank}"
+"""Replaced in `trace_path` by the engine's data-parallel rank."""
 
 SCHEDULER_CLS = "kvclaims.vllm_binding.ClaimScheduler"
 """The one value of `--scheduler-cls` / `scheduler_cls=` that enables the binding. It picks
@@ -113,7 +117,8 @@ class BindingConfig(SpecModel):
 
     trace_path: StrictStr | None = None
     """Where the engine writes kvclaims trace v1 (NDJSON); `None` writes no trace. A
-    `{dp_rank}` placeholder is replaced by the data-parallel rank."""
+    `{dp_rank}` placeholder is replaced by the engine's data-parallel rank; without one, the
+    engine of rank N > 0 writes `<stem>.dpN<suffix>` (`trace_template`)."""
     trace_source: Identifier | None = None
     protected_fraction: Fraction = 0.5
     """Cap on distinct protected blocks, as a fraction of the usable pool."""
@@ -162,6 +167,18 @@ class BindingConfig(SpecModel):
         if self.owner_hmac_key is not None and len(self.owner_hmac_key) < 16:
             raise ValueError("owner_hmac_key must be at least 16 characters")
         return self
+
+    def trace_template(self, dp_rank: int) -> str | None:
+        """`trace_path` for the engine of data-parallel rank `dp_rank`, still holding the
+        `DP_RANK_PLACEHOLDER` the engine fills in. Each data-parallel engine writes its own
+        trace stream: a path without the placeholder gets `.dp{dp_rank}` before its suffix on
+        every rank but 0, so two engines never write one file (and one engine's path is
+        exactly the configured one)."""
+        path = self.trace_path
+        if path is None or DP_RANK_PLACEHOLDER in path or dp_rank == 0:
+            return path
+        name = PurePath(path)
+        return str(name.with_name(f"{name.stem}.dp{DP_RANK_PLACEHOLDER}{name.suffix}"))
 
     def action_for(self, mode: ProtectionMode) -> ConflictAction:
         """The conflict action of a preserving mode (configured, else the default)."""

@@ -27,7 +27,7 @@ load garbage). A store that does not fit the CPU tier is dropped by vLLM's manag
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -125,12 +125,17 @@ class ReportingWorker(OffloadingWorker):
     def submit_store(self, job_id: int, src_spec: GPULoadStoreSpec, dst_spec: LoadStoreSpec) -> bool:
         return self.inner.submit_store(job_id, src_spec, dst_spec)
 
-    def submit_load(self, job_id: int, src_spec: LoadStoreSpec, dst_spec: GPULoadStoreSpec) -> bool:
+    def submit_load(
+        self, job_id: int, src_spec: LoadStoreSpec, dst_spec: GPULoadStoreSpec, expedited: bool = False
+    ) -> bool:
         self._loads.add(job_id)
         if self.owner.injector.should_fail(self.owner.claims_of_job(job_id)):
             self.owner.note_injected(job_id)
             self._injected.append(TransferResult(job_id=job_id, success=False))
             return True  # submitted, and will finish as failed: no bytes were copied
+        # vLLM 0.33 added `expedited`; a 0.32 worker never sees the argument.
+        if expedited:
+            return self.inner.submit_load(job_id, src_spec, dst_spec, expedited=True)
         return self.inner.submit_load(job_id, src_spec, dst_spec)
 
     def get_finished(self) -> list[TransferResult]:
@@ -242,12 +247,29 @@ class ClaimConnectorWorker(OffloadingConnectorWorker):
         return meta
 
 
+def sync_load_problem(extra_config: Mapping[str, Any]) -> str | None:
+    """Why the claim connector cannot run with these connector settings, or None.
+
+    vLLM 0.33's `sync_load_budget_bytes` loads small CPU hits inside the step that schedules
+    the request: it never waits for its KV, so a claim's restoration would have no
+    `restore_required` -> `restored` interval and a failed load would reach a running
+    request. Refused until the restoration ledger models that path.
+    """
+    budget = extra_config.get("sync_load_budget_bytes", 0)
+    if budget:
+        return f"sync_load_budget_bytes={budget!r}: synchronous CPU-tier loads are not supported with claims"
+    return None
+
+
 class ClaimOffloadingConnector(OffloadingConnector):
     """`OffloadingConnector` with claim tags on load jobs and a reported load-failure path."""
 
     def __init__(
         self, vllm_config: VllmConfig, role: KVConnectorRole, kv_cache_config: KVCacheConfig
     ) -> None:
+        problem = sync_load_problem(vllm_config.kv_transfer_config.kv_connector_extra_config)  # type: ignore[union-attr]
+        if problem is not None:
+            raise ValueError(f"kvclaims: {problem}")
         super().__init__(vllm_config, role, kv_cache_config)
         self._directory: ClaimDirectory | None = None
         if self.connector_worker is not None:

@@ -113,7 +113,10 @@ class HostCopyWorker(OffloadingWorker):
     def submit_store(self, job_id: int, src_spec: GPULoadStoreSpec, dst_spec: LoadStoreSpec) -> bool:
         return self._copy(job_id, src_spec, dst_spec, to_host=True)
 
-    def submit_load(self, job_id: int, src_spec: LoadStoreSpec, dst_spec: GPULoadStoreSpec) -> bool:
+    def submit_load(
+        self, job_id: int, src_spec: LoadStoreSpec, dst_spec: GPULoadStoreSpec, expedited: bool = False
+    ) -> bool:
+        del expedited  # vLLM 0.33's priority hint: copies here are synchronous anyway
         return self._copy(job_id, dst_spec, src_spec, to_host=False)
 
     def get_finished(self) -> list[TransferResult]:

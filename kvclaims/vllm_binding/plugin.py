@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_VLLM_VERSIONS: tuple[str, ...] = ("0.32.0",)
+SUPPORTED_VLLM_VERSIONS: tuple[str, ...] = ("0.32.0", "0.33.0")
 """vLLM releases whose scheduler internals this binding was measured against. The binding
 subclasses private `Scheduler` methods that change between releases, so anything else is
 refused rather than run on assumptions."""

@@ -134,7 +134,9 @@ def test_gzip_and_a_byte_order_mark_are_read_like_the_plain_file(tmp_path: Path)
     path.write_bytes(gzip.compress(b"\xef\xbb\xbf" + data))
     for trace in (path, b"\xef\xbb\xbf" + data, gzip.compress(data)):
         verdict = check_trace(trace)
-        assert (verdict.outcome, verdict.events) == (Outcome.accepted, 10), verdict.reason  # with trace_closed
+        assert (verdict.outcome, verdict.events) == (Outcome.accepted, 10), (
+            verdict.reason
+        )  # with trace_closed
 
 
 def test_a_truncated_gzip_file_is_invalid_and_says_gzip() -> None:

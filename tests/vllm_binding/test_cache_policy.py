@@ -3,6 +3,7 @@ claim's own store; tells it before a reset drops the copies."""
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import pytest
@@ -25,8 +26,19 @@ def policy_with(*indexes: int) -> Any:
     for chunk_id, index in enumerate(indexes):
         status = ChunkStatus(chunk_id)
         status.ref_cnt = 0  # stored and idle: evictable
-        policy.insert(key(index), status)
+        insert(policy, key(index), status)
     return policy
+
+
+def insert(policy: Any, chunk_key: Any, status: Any) -> None:
+    """vLLM 0.33's `insert` also takes the storing request's context; one that knows no key
+    position ranks the chunk globally, as 0.32's two-argument `insert` does."""
+    if "req_context" in inspect.signature(policy.insert).parameters:
+        from vllm.v1.kv_offload.base import ReqContext
+
+        policy.insert(chunk_key, status, ReqContext(req_id="test"))
+    else:
+        policy.insert(chunk_key, status)
 
 
 class Guardian:

@@ -48,3 +48,14 @@ def test_engine_kwargs_round_trip() -> None:
     kwargs = config.engine_kwargs()
     assert kwargs["scheduler_cls"] == SCHEDULER_CLS
     assert BindingConfig.from_additional_config(kwargs["additional_config"]) == config
+
+
+def test_each_data_parallel_engine_gets_its_own_trace_file() -> None:
+    from kvclaims.vllm_binding.config import DP_RANK_PLACEHOLDER
+
+    plain = BindingConfig(trace_path="out/claims.ndjson")
+    files = {(plain.trace_template(rank) or "").replace(DP_RANK_PLACEHOLDER, str(rank)) for rank in range(3)}
+    assert files == {"out/claims.ndjson", "out/claims.dp1.ndjson", "out/claims.dp2.ndjson"}
+    templated = BindingConfig(trace_path="out/claims-{dp_rank}.ndjson")
+    assert templated.trace_template(0) == templated.trace_template(4) == "out/claims-{dp_rank}.ndjson"
+    assert BindingConfig().trace_template(1) is None

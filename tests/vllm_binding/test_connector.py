@@ -71,6 +71,38 @@ def test_an_injected_failure_copies_nothing_and_is_reported_as_done() -> None:
     assert sorted(r.job_id for r in results) == [1, 2, 3] and all(r.success for r in results)
 
 
+def test_expedited_loads_reach_a_033_worker_and_a_032_worker_never_sees_the_argument() -> None:
+    """vLLM 0.33 submits small CPU hits with `expedited=True`; 0.32's workers take three
+    arguments (`Inner` here), so the flag is forwarded only when set."""
+    from kvclaims.vllm_binding.connector import ReportingWorker
+
+    class Inner033(Inner):
+        def __init__(self) -> None:
+            super().__init__(failing=set())
+            self.expedited: list[tuple[int, bool]] = []
+
+        def submit_load(self, job_id: int, src: Any, dst: Any, expedited: bool = False) -> bool:
+            self.expedited.append((job_id, expedited))
+            return super().submit_load(job_id, src, dst)
+
+    current = Inner033()
+    worker = ReportingWorker(current, Owner(LoadFaultPlan(), {}))  # type: ignore[arg-type]
+    assert worker.submit_load(1, None, None, expedited=True) and worker.submit_load(2, None, None)
+    assert current.expedited == [(1, True), (2, False)]
+    previous = Inner(failing=set())
+    assert ReportingWorker(previous, Owner(LoadFaultPlan(), {})).submit_load(3, None, None)  # type: ignore[arg-type]
+    assert previous.loads == [3]
+
+
+def test_synchronous_loads_are_refused_with_a_reason() -> None:
+    from kvclaims.vllm_binding.connector import sync_load_problem
+
+    assert sync_load_problem({}) is None
+    assert sync_load_problem({"sync_load_budget_bytes": 0}) is None
+    problem = sync_load_problem({"sync_load_budget_bytes": 1 << 20})
+    assert problem is not None and "sync_load_budget_bytes=1048576" in problem
+
+
 def test_a_real_copy_failure_is_recorded_instead_of_killing_the_engine() -> None:
     from kvclaims.vllm_binding.connector import ReportingWorker
 

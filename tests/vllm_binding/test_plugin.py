@@ -20,9 +20,16 @@ def test_entry_point_is_declared() -> None:
 def test_reasons_for_missing_and_other_versions() -> None:
     missing = unsupported_reason(None)
     assert missing is not None and "not installed" in missing
-    other = unsupported_reason("0.33.0")
-    assert other is not None and "0.33.0" in other and SUPPORTED_VLLM_VERSIONS[0] in other
-    assert unsupported_reason(SUPPORTED_VLLM_VERSIONS[0]) is None
+    for outside in ("0.31.0", "0.34.0", "0.33.1", "0.32"):
+        other = unsupported_reason(outside)
+        assert other is not None and f"found {outside}:" in other
+        assert all(version in other for version in SUPPORTED_VLLM_VERSIONS)
+
+
+def test_the_current_and_the_previous_release_are_supported() -> None:
+    assert SUPPORTED_VLLM_VERSIONS == ("0.32.0", "0.33.0")
+    for supported in SUPPORTED_VLLM_VERSIONS:
+        assert unsupported_reason(supported) is None
 
 
 def test_unsupported_vllm_registers_nothing_and_does_not_raise(

@@ -302,9 +302,12 @@ def test_layout_problems_are_reported_per_claim() -> None:
 
     from kvclaims.vllm_binding.arbiter import layout_problem
 
-    def scheduler(spec: Any, *, caching: bool = True, groups: int = 1, hash_block: int = 16) -> Any:
+    def scheduler(
+        spec: Any, *, caching: bool = True, groups: int = 1, hash_block: int = 16, lookahead: int = 0
+    ) -> Any:
         group = SimpleNamespace(kv_cache_spec=spec)
         return SimpleNamespace(
+            num_hash_lookahead_tokens=lookahead,
             cache_config=SimpleNamespace(enable_prefix_caching=caching),
             kv_cache_config=SimpleNamespace(kv_cache_groups=[group] * groups),
             hash_block_size=hash_block,
@@ -322,6 +325,7 @@ def test_layout_problems_are_reported_per_claim() -> None:
     assert "2 KV cache groups" in (layout_problem(scheduler(full, groups=2)) or "")
     assert "SlidingWindowSpec" in (layout_problem(scheduler(window)) or "")
     assert "finer" in (layout_problem(scheduler(full, hash_block=8)) or "")
+    assert "lookahead" in (layout_problem(scheduler(full, lookahead=3)) or "")
 
 
 def test_a_long_request_id_gets_a_bounded_trace_id() -> None:
