@@ -81,7 +81,7 @@ EVENTS = TypeAdapter(TraceEvent)
 
 
 def test_every_event_type_has_a_model_and_claim_events_need_a_claim_id() -> None:
-    assert len(EVENT_MODELS) == 22
+    assert len(EVENT_MODELS) == 23
     for name in CLAIM_EVENT_TYPES:
         assert "claim_id" in EVENT_MODELS[name].model_fields
         assert EVENT_MODELS[name].model_fields["claim_id"].is_required()
