@@ -33,19 +33,11 @@ def test_step_advances_the_same_state_and_describes_it() -> None:
 
 def test_a_violation_names_its_rule_position_and_ids() -> None:
     state = system.init(TraceHeader(kvclaims_trace=1, usable_blocks=80))
-    event = convert_event(
-        {
-            "seq": 0,
-            "event": "resident_claim_harmed",
-            "claim_id": "X",
-            "leading_blocks": 0,
-            "required_blocks": 1,
-        }
-    )
+    event = convert_event({"seq": 0, "event": "resident_claim_released", "claim_id": "X"})
     violation = system.step(state, event, 7)
     assert isinstance(violation, system.Violation)
     assert violation.rule is ConformanceRule.identity and violation.at == 7 and violation.ids == {"X"}
-    assert violation.event == "resident_claim_harmed"
+    assert violation.event == "resident_claim_released"
 
 
 def test_finish_names_what_the_trace_still_owes() -> None:
