@@ -171,7 +171,11 @@ RESERVING: frozenset[Phase] = frozenset(
     {Phase.accepted, Phase.materialized, Phase.breached, Phase.restoring, Phase.checkpoint_mismatch}
 )
 """Phases in which a preserving claim reserves its footprint in the device pool (an offloaded
-claim's blocks are in another tier until it is restored)."""
+claim's blocks are in another tier until it is restored): the bound of a proof's protected term."""
+RESIDENT: frozenset[Phase] = RESERVING - {Phase.accepted}
+"""Phases in which a preserving claim's footprint occupies the device pool (it materialized):
+what must fit in the usable pool. An accepted claim that has not materialized occupies nothing
+yet, so a runtime may accept claims it will place by offloading others first."""
 _SETTLED = frozenset({Phase.demoted, Phase.expired, Phase.released})
 _RETIRED = frozenset({Phase.released, Phase.harmed, Phase.rejected})
 _RETIRED_STATES: tuple[tuple[Phase, ClaimProfile], ...] = tuple(
@@ -309,6 +313,8 @@ class SystemState:
         self.shared_owners: dict[int, list[tuple[ClaimRecord, int]]] = {}
         self.reserved_blocks = 0
         """Footprints of preserving claims in a `RESERVING` phase."""
+        self.resident_blocks = 0
+        """Footprints of preserving claims in a `RESIDENT` phase (materialized in the pool)."""
         self.admitted_live_blocks = 0
         """Live blocks of admitted requests."""
         self.undecided: list[Undecided] = []
@@ -429,10 +435,13 @@ class SystemState:
             claim.transitions += (self._at,)
             if len(claim.transitions) == 3 and TraceWitness.ordered_lifecycle not in self._complete:
                 self._witness(TraceWitness.ordered_lifecycle, claim.transitions, claim.claim_id)
-        if claim.profile.preserving and (result in RESERVING) != (before in RESERVING):
-            self.reserved_blocks += claim.footprint if result in RESERVING else -claim.footprint
-            if result in RESERVING:
-                self._check_occupancy(f"{claim.claim_id} reserving its {claim.footprint}-block footprint")
+        if claim.profile.preserving:
+            if (result in RESERVING) != (before in RESERVING):
+                self.reserved_blocks += claim.footprint if result in RESERVING else -claim.footprint
+            if (result in RESIDENT) != (before in RESIDENT):
+                self.resident_blocks += claim.footprint if result in RESIDENT else -claim.footprint
+                if result in RESIDENT:
+                    self._check_occupancy(f"{claim.claim_id} holding its {claim.footprint}-block footprint")
         claim.phase = result  # type: ignore[assignment]
         if result in _SETTLED and claim.pending:
             self._cancel_restorations(claim)
@@ -899,19 +908,18 @@ class SystemState:
             self._witness(TraceWitness.active_served_without_claim_block, (self._at,))
 
     def _check_occupancy(self, what: str, live: int = 0) -> None:
-        """Seed 001 3.4: the pool is never overcommitted. The footprints reserved by responsible
+        """Seed 001 3.4: the pool is never overcommitted. The footprints of materialized
         preserving claims fit in the usable pool, and so does each admitted request's live KV.
         (Trace v1 does not say which live blocks an admitted request shares with a claim's
         prefix, so protected + active is judged by the capacity proofs, not summed here.)"""
         usable = self.usable_blocks
-        if usable is not None and (self.reserved_blocks > usable or live > usable):
+        if usable is not None and (self.resident_blocks > usable or live > usable):
             self._fail(
                 R.capacity_state,
-                f"{what} overcommits the pool: {self.reserved_blocks} blocks reserved by "
-                f"responsible preserving claims{f' and {live} live blocks' if live else ''} in "
-                f"{usable} usable blocks",
+                f"{what} overcommits the pool: {self.resident_blocks} blocks held by materialized "
+                f"preserving claims{f' and {live} live blocks' if live else ''} in {usable} usable blocks",
                 subject="pool",
-                state=f"pool: {self.reserved_blocks} reserved of {usable} usable",
+                state=f"pool: {self.resident_blocks} held by claims of {usable} usable",
                 allowed=("a refusal, or a demotion / expiry / release / offload first",),
                 ids=(),
             )

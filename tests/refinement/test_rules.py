@@ -43,10 +43,16 @@ def materialized(
 # --- 1. capacity proofs against the state ---------------------------------------------------
 
 
-def test_reservations_never_overcommit_the_pool() -> None:
+def test_materialized_claims_never_overcommit_the_pool() -> None:
+    """Accepting more than fits is a plan (the runtime may offload one first); holding more
+    than fits is an overcommit."""
+
     def build(bad: bool) -> TraceBuilder:
-        trace = TraceBuilder(usable_blocks=80).accept("A", blocks=60)
-        return trace.accept("B", blocks=30 if bad else 20)
+        trace = TraceBuilder(usable_blocks=80).accept("A", mode="offloadable", blocks=60).materialize("A", 60)
+        trace.accept("B", blocks=30)
+        if bad:
+            return trace.materialize("B", 30).offload("A")  # the offload comes too late
+        return trace.offload("A").materialize("B", 30)
 
     assert_twins(build, R.capacity_state)
 
