@@ -32,6 +32,7 @@ from kvclaims.microruntime.policies import (
 from kvclaims.microruntime.pool import BlockPool
 from kvclaims.microruntime.tracing import TraceSink, trace_header
 from kvclaims.spec.errors import InputError, Problem
+from kvclaims.spec.tables import OFFLOAD_MODES
 from kvclaims.spec.trace import ConflictReason, RestorationOutcome
 from kvclaims.spec.vocabulary import ProtectionMode
 from kvclaims.statemachine.checkpoint import HybridCheckpoint, restore
@@ -207,7 +208,7 @@ class MicroRuntime:
 
     def _emit(self, event: str, fields: dict[str, Any]) -> None:
         self._seq += 1
-        self._sink({"seq": self._seq, "event": event, **fields})
+        self._sink({"seq": self._seq, "event": event, "engine_step": self.step, **fields})
 
     def _advance(self, claim: ClaimRecord, event: Event) -> None:
         """Step the claim's lifecycle; an illegal event is a runtime bug."""
@@ -667,9 +668,14 @@ class MicroRuntime:
                 self.demote(claim.spec.claim_id, f"arbiter relaxed the claim for request {spec.request_id}")
             return self._admit(record, hit_blocks, caching=self._caching(spec))
         if action is ConflictAction.offload_resident:
-            chosen = self._enough(
-                [c for c in blocking if self.allows(c.spec.claim_id, Event.offload)], need - room, hit_blocks
-            )
+            # the arbiter offloads only claims whose owner chose offload (mode offloadable);
+            # offloading a hard_protected claim is legal (seed 001 table 3) but an explicit call
+            offloadable = [
+                c
+                for c in blocking
+                if c.spec.mode in OFFLOAD_MODES and self.allows(c.spec.claim_id, Event.offload)
+            ]
+            chosen = self._enough(offloadable, need - room, hit_blocks)
             if chosen is None:
                 return None
             for claim in chosen:

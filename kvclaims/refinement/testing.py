@@ -168,8 +168,11 @@ class TraceBuilder:
     def restore_required(self, claim_id: str, request_id: str) -> TraceBuilder:
         return self.claim_event("restore_required", claim_id, request_id=request_id)
 
-    def restored(self, claim_id: str, request_id: str) -> TraceBuilder:
-        return self.claim_event("restored", claim_id, request_id=request_id)
+    def restored(self, claim_id: str, request_id: str, blocks: int | None = None) -> TraceBuilder:
+        """`resident_claim_restored`; `blocks` is its `restored_blocks` (the confirmation a
+        later satisfied reuse needs unless the claim's own block events show the prefix)."""
+        fields = {} if blocks is None else {"restored_blocks": blocks}
+        return self.claim_event("restored", claim_id, request_id=request_id, **fields)
 
     def restoration_failed(self, claim_id: str, request_id: str, outcome: str = "refusal") -> TraceBuilder:
         return self.claim_event("restoration_failed", claim_id, request_id=request_id, outcome=outcome)

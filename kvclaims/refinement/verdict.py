@@ -66,6 +66,10 @@ RULE_ERROR_CLASS: dict[ConformanceRule, ErrorClass] = {
     ConformanceRule.offload_order: ErrorClass.model_violation,
     ConformanceRule.no_silent_harm: ErrorClass.model_violation,
     ConformanceRule.hybrid_two_key: ErrorClass.model_violation,
+    ConformanceRule.capacity_state: ErrorClass.arithmetic,
+    ConformanceRule.duration: ErrorClass.model_violation,
+    ConformanceRule.block_identity: ErrorClass.identity_attribution,
+    ConformanceRule.terms: ErrorClass.identity_attribution,
 }
 """The error class of a rejection, by the rule it breaks."""
 

@@ -94,6 +94,28 @@ lifecycle, capacity arithmetic, attribution, offload order, no silent harm, two-
 checkpoints) is the subject of refinement, DESIGN.md 4; this page is the shape of each line.
 The machine-readable form is `schemas/trace-v1-header.schema.json` and
 `schemas/trace-v1-event.schema.json`.
+
+What the fields mean to the model (decisions of issue 12; the rules are DESIGN.md 4):
+
+- **Requests.** A `request_finished` for a request the trace never admitted, deferred or
+  refused is a client abort before the request reached the pool (vLLM finishes such a request
+  `FINISHED_ABORTED` from its waiting queue): it held no blocks and no claim, so it is legal;
+  its id is then finished and never reused. A deferred request that is later served from the
+  prefix cache may go straight to `request_reused` (that is its admission). A deferral for a
+  failed restoration discharges the fail-closed outcome the failure owed; it may be followed by
+  the refusal (naming the same claim), an admission or a finish.
+- **Clocks.** `seq` orders events; `engine_step` and `t_ns` never do. A claim's
+  `duration_steps` is judged on `engine_step` and its `duration_ms` on `t_ns`, from acceptance
+  (or, with `refresh_on_hit`, from its last satisfied reuse); an expiry before either has
+  passed is rejected, and one the trace gives no clock for makes the verdict inconclusive.
+- **Blocks.** A block is its `block_id` *and* its `block_hash`: other content stored into a
+  held block id is a loss for every claim holding it, a removal must name the content the block
+  holds, and a removal affects every claim holding the block whichever claim it names.
+- **Restores.** A satisfied reuse after `resident_claim_restored` needs the restore confirmed:
+  its `restored_blocks`, or the claim's own device-tier block events, reach the predicate; a
+  two-key claim needs its KV blocks restored before its checkpoint.
+- **Terms.** `resident_claim_accepted` after a submission repeats the submitted terms exactly;
+  changed terms are `resident_claim_conditionally_accepted`.
 """,
     "descriptor-format.md": """\
 # Descriptor format: `descriptor: 1`

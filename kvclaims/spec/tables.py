@@ -140,6 +140,11 @@ PRESERVING_MODES: frozenset[ProtectionMode] = frozenset(
 # Modes whose claims may leave GPU memory while staying responsible (restore before reuse).
 OFFLOAD_MODES: frozenset[ProtectionMode] = frozenset({M.offloadable})
 
+# Modes for which offload is a legal claim action (restore before reuse still owed): offloadable,
+# and hard_protected, which "may not be broken before explicit active refusal/defer, demotion,
+# expiry, offload, or harm event" (seed 001 table 3; seed 000 section 3).
+OFFLOAD_LEGAL_MODES: frozenset[ProtectionMode] = OFFLOAD_MODES | {M.hard_protected}
+
 # Obligations whose absence makes a failed lowering a misrepresentation (rejected), not a
 # weak substrate (approximate): hard protection without victim exclusion, an explicit conflict
 # action and blocking ids is soft priority under another name (seed 000 section 5, "a

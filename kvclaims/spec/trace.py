@@ -83,7 +83,16 @@ class Checkpoint(_TraceModel):
 
 class _Event(_TraceModel):
     seq: NonNegativeInt = Field(description="Position in the trace; strictly increases from line to line.")
-    t_ns: NonNegativeInt | None = Field(None, description="Timestamp in nanoseconds; never used for order.")
+    t_ns: NonNegativeInt | None = Field(
+        None,
+        description="Timestamp in nanoseconds; never used for order. A claim's `duration_ms` is "
+        "judged on it.",
+    )
+    engine_step: NonNegativeInt | None = Field(
+        None,
+        description="The runtime's scheduler step when the event happened; never used for order. "
+        "A claim's `duration_steps` is judged on it.",
+    )
 
 
 class _ClaimEvent(_Event):
@@ -97,7 +106,19 @@ class _ClaimTerms(_ClaimEvent):
     footprint_blocks: PositivePrefixBlocks = Field(description="KV blocks the claim protects.")
     predicate: MaterializationPredicate = Field(description="When the claim counts as materialized.")
     duration_steps: PositiveInt | None = Field(
-        None, description="Steps after acceptance at which the claim expires (expiring claims)."
+        None,
+        description="Engine steps after acceptance before which the claim may not expire "
+        "(judged on `engine_step`).",
+    )
+    duration_ms: PositiveInt | None = Field(
+        None,
+        description="Milliseconds after acceptance before which the claim may not expire "
+        "(judged on `t_ns`; TTL-style runtimes).",
+    )
+    refresh_on_hit: StrictBool = Field(
+        False,
+        description="Whether a satisfied reuse restarts the duration clock (TTL refresh on hit); "
+        "false: the clock runs from acceptance only.",
     )
 
 
@@ -111,6 +132,15 @@ class ResidentClaimAccepted(_ClaimTerms):
     """From here on the runtime is responsible for the claim's predicate (seed 001 3.1)."""
 
     event: Literal["resident_claim_accepted"] = "resident_claim_accepted"
+
+
+class ResidentClaimConditionallyAccepted(_ClaimTerms):
+    """The runtime accepted a submitted claim on other terms (mode, predicate, footprint or
+    duration): the terms here are the ones it is responsible for. Plain
+    `resident_claim_accepted` must repeat the submitted terms exactly."""
+
+    event: Literal["resident_claim_conditionally_accepted"] = "resident_claim_conditionally_accepted"
+    reason: Text | None = Field(None, description="Why the terms changed (free text).")
 
 
 class ResidentClaimRejected(_ClaimEvent):
@@ -187,6 +217,12 @@ class ResidentClaimRestored(_ClaimEvent):
 
     event: Literal["resident_claim_restored"] = "resident_claim_restored"
     request_id: Identifier = Field(description="The request the claim was restored for.")
+    restored_blocks: NonNegativeInt | None = Field(
+        None,
+        description="Contiguous leading blocks back in the device tier. A satisfied reuse "
+        "after the restore needs this, or the claim's own device-tier block events, to reach "
+        "the predicate.",
+    )
 
 
 class ResidentClaimRestorationFailed(_ClaimEvent):
@@ -350,6 +386,7 @@ class TraceClosed(_Event):
 _EVENT_CLASSES: tuple[type[_Event], ...] = (
     ResidentClaimSubmitted,
     ResidentClaimAccepted,
+    ResidentClaimConditionallyAccepted,
     ResidentClaimRejected,
     ResidentClaimMaterialized,
     ResidentClaimDemoted,

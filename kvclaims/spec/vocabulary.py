@@ -236,6 +236,10 @@ class ConformanceRule(StrEnum):
     offload_order = "offload_order"
     no_silent_harm = "no_silent_harm"
     hybrid_two_key = "hybrid_two_key"
+    capacity_state = "capacity_state"
+    duration = "duration"
+    block_identity = "block_identity"
+    terms = "terms"
 
 
 class TraceWitness(StrEnum):

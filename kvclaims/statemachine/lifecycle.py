@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 
-from kvclaims.spec.tables import OFFLOAD_MODES, PRESERVING_MODES
+from kvclaims.spec.tables import OFFLOAD_LEGAL_MODES, PRESERVING_MODES
 from kvclaims.spec.vocabulary import ClaimState, ConformanceRule, ProtectionMode
 
 
@@ -115,7 +115,9 @@ class ClaimProfile:
 
     @classmethod
     def of(cls, mode: ProtectionMode, *, two_key: bool = False) -> ClaimProfile:
-        return cls(preserving=mode in PRESERVING_MODES, offloadable=mode in OFFLOAD_MODES, two_key=two_key)
+        return cls(
+            preserving=mode in PRESERVING_MODES, offloadable=mode in OFFLOAD_LEGAL_MODES, two_key=two_key
+        )
 
     def admits(self, guard: Guard) -> bool:
         return {

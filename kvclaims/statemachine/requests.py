@@ -41,10 +41,17 @@ REQUEST_TRANSITIONS: Mapping[tuple[RequestPhase, RequestEvent], RequestPhase] = 
         (_R.absent, _E.defer): _R.deferred,
         (_R.absent, _E.refuse_capacity): _R.refused,
         (_R.absent, _E.reuse): _R.admitted,
+        # a client abort of a request that never reached the pool (vLLM finishes it ABORTED
+        # from the waiting queue): it held no blocks and no claim, so nothing is owed
+        (_R.absent, _E.finish): _R.finished,
         (_R.deferred, _E.defer): _R.deferred,
         (_R.deferred, _E.admit): _R.admitted,
         (_R.deferred, _E.refuse_capacity): _R.refused,
         (_R.deferred, _E.finish): _R.finished,
+        # a deferred request later scheduled with a prefix-cache hit is served from the cache
+        (_R.deferred, _E.reuse): _R.admitted,
+        # a deferral for a failed restoration may still end in the fail-closed refusal
+        (_R.deferred, _E.refuse_restoration): _R.refused,
         (_R.admitted, _E.reuse): _R.admitted,
         (_R.admitted, _E.defer): _R.deferred,
         (_R.admitted, _E.refuse_restoration): _R.refused,

@@ -49,9 +49,9 @@ def test_an_illegal_event_is_a_runtime_bug_not_a_trace_line() -> None:
 
 def test_operations_the_phase_forbids_are_input_errors() -> None:
     rt, _ = runtime()
-    resident(rt, "c", M.hard_protected, 4)
+    resident(rt, "c", M.best_effort, 4)
     with pytest.raises(InputError, match="offload is not allowed"):
-        rt.offload("c")  # hard_protected is not offloadable
+        rt.offload("c")  # best_effort carries no preservation obligation to offload
     rt.release("c")
     with pytest.raises(InputError, match="demote is not allowed"):
         rt.demote("c")
@@ -144,8 +144,8 @@ def test_an_invalid_load_on_a_pinned_block_is_reported_as_harm() -> None:
     resident(rt, "c", M.hard_protected, 8)
     rt.inject_fault(FaultKind.invalid_kv_load, "c", position=3)
     harmed = [e for e in buffer.events if e["event"] == "resident_claim_harmed"]
-    assert harmed == [{"seq": harmed[0]["seq"], "event": "resident_claim_harmed", "claim_id": "c",
-                       "leading_blocks": 3, "required_blocks": 8}]  # fmt: skip
+    assert harmed == [{"seq": harmed[0]["seq"], "event": "resident_claim_harmed", "engine_step": 0,
+                       "claim_id": "c", "leading_blocks": 3, "required_blocks": 8}]  # fmt: skip
     assert rt.pool.census().pinned == 0
     assert_accepted(rt.header, buffer.events)
 

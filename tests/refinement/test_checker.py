@@ -64,7 +64,7 @@ def test_on_data_free_claim_events_the_checker_agrees_with_the_lifecycle_machine
 def two_key_claim(value_hash: str = "v1", payload_hash: str = "p1") -> TraceBuilder:
     trace = TraceBuilder(usable_blocks=80).accept("C", mode="offloadable", blocks=4, two_key=True)
     trace.materialize("C", 4, checkpoint={"boundary": 4, "payload_hash": "p1", "value_hash": "v1"})
-    trace.offload("C").admit("r").restore_required("C", "r").restored("C", "r")
+    trace.offload("C").admit("r").restore_required("C", "r").restored("C", "r", blocks=4)
     return trace.claim_event(
         "checkpoint_restored", "C", boundary=4, payload_hash=payload_hash, value_hash=value_hash
     )

@@ -46,6 +46,7 @@ PROOF = {
 EXAMPLES: dict[str, dict[str, Any]] = {
     "resident_claim_submitted": TERMS,
     "resident_claim_accepted": TERMS,
+    "resident_claim_conditionally_accepted": TERMS | {"reason": "footprint reduced"},
     "resident_claim_rejected": {"claim_id": "claim:a", "reason": "budget"},
     "resident_claim_materialized": {
         "claim_id": "claim:a",

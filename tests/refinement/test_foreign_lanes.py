@@ -174,6 +174,7 @@ def hook_path(registration: str = "pre_registered") -> list[dict[str, Any]]:
             request_id="reuse",
             restored_from_offload_tier=True,
             restoration_completed=True,
+            block_ids=list(range(1000, 1008)),
         ),
         hook(
             6,
@@ -188,6 +189,15 @@ def hook_path(registration: str = "pre_registered") -> list[dict[str, Any]]:
 def test_offload_hook_success_path_is_accepted() -> None:
     verdict = check_bytes(ndjson(hook_path()))
     assert verdict.format == "offload-hook" and verdict.outcome is Outcome.accepted
+
+
+def test_offload_hook_restore_without_its_blocks_confirms_no_reuse() -> None:
+    """Issue 12 item 5: a restore record that does not say which blocks came back is not a
+    confirmed restore, so the satisfied reuse after it is rejected (same length as the
+    accepted path above)."""
+    records = hook_path()
+    del records[4]["block_ids"]
+    assert check_bytes(ndjson(records)).rule is R.offload_order
 
 
 def test_offload_hook_post_hoc_registration_accepts_no_claim() -> None:

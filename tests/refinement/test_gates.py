@@ -208,11 +208,11 @@ def test_l3_a_proof_whose_protected_term_holds_the_claims_footprint_evidences_f(
 @pytest.mark.parametrize(
     "numbers", [{"protected": 40, "active": 90}, {"protected": 70, "active": 60}], ids=["under", "over"]
 )
-def test_l3_a_protected_term_that_is_not_the_claims_footprint_evidences_no_f(numbers: dict[str, int]) -> None:
+def test_l3_a_protected_term_that_is_not_what_the_claims_reserve_is_rejected(numbers: dict[str, int]) -> None:
     """Arithmetic that adds up, but a protected term below the blocking claim's 60-block
-    footprint (or above every responsible claim's footprint together) accounts no footprint."""
-    kinds = witnessed(l3_trace(**numbers))
-    assert W.capacity_conflict_attributed in kinds and W.footprint_accounted not in kinds
+    footprint (or above every responsible claim's footprint together) is not the state's:
+    issue 12 item 1 (this was an accept without the F witness before)."""
+    assert check_bytes(l3_trace(**numbers).ndjson()).rule is R.capacity_state
 
 
 @pytest.mark.parametrize(

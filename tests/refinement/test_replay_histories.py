@@ -89,10 +89,28 @@ def test_a_materialized_hard_claim_refusing_with_a_correct_proof_is_accepted() -
         .claim()
         .stored("c", 0, 1)
         .materialized()
-        .refused()
+        .refused(
+            protected_resident_blocks=2,
+            active_live_blocks_required=79,
+            resident_plus_active_blocks=81,
+            capacity_shortfall_blocks=1,
+        )
         .add("request_finished", request_id="r", status="x")
     )
     accepted(trace)
+
+
+def test_a_protected_term_beyond_what_the_blocking_claim_reserves_is_rejected() -> None:
+    """The twin above with the default proof: 60 protected blocks blamed on a 2-block claim."""
+    trace = (
+        Trace()
+        .claim()
+        .stored("c", 0, 1)
+        .materialized()
+        .refused()
+        .add("request_finished", request_id="r", status="x")
+    )
+    assert rejected_by(trace).rule is ConformanceRule.capacity_state
 
 
 def test_silent_harm_is_caught_at_the_end() -> None:

@@ -289,3 +289,18 @@ def test_a_block_stored_after_removals_never_takes_a_live_blocks_id(tmp_path: Pa
     verdict = run(tmp_path, array_capture(items), registry())
     assert verdict.outcome is Outcome.accepted, verdict.reason
     assert {w.kind.value for w in verdict.witnesses} >= {"claim_materialized", "claim_scoped_blocks"}
+
+
+@pytest.mark.parametrize(("other", "outcome"), [("int:5", Outcome.accepted), (5, Outcome.inconclusive)])
+def test_hashes_of_different_domains_are_different_blocks(
+    tmp_path: Path, other: Any, outcome: Outcome
+) -> None:
+    """Issue 12 item 13: the integer 5 and the string "int:5" print alike but are different
+    blocks, so storing both with different content is no ambiguity; the same integer twice
+    with different content is (the twin, same length)."""
+    items = [
+        (0, [stored([5], [5, 6, 7, 8]), stored([other], [9, 9, 9, 9])]),
+        (1, [stored([b"\x01" * 8, b"\x02" * 8], TOKENS)]),
+    ]
+    verdict = run(tmp_path, msgpack_capture(items), registry())
+    assert verdict.outcome is outcome, verdict.reason

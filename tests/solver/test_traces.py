@@ -12,6 +12,7 @@ from kvclaims.solver.traces import (
     AT_END,
     CLASSES,
     HEADER_USABLE,
+    RULES_AWAITING_BMC,
     TraceReport,
     candidates,
     generate,
@@ -30,7 +31,7 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, TraceRepo
 def test_every_class_yields_a_trace_and_every_rule_is_targeted(generated) -> None:  # type: ignore[no-untyped-def]
     _, report = generated
     assert report.missing_classes == []
-    assert {c.rule for c in CLASSES} == set(ConformanceRule)
+    assert {c.rule for c in CLASSES} == set(ConformanceRule) - RULES_AWAITING_BMC
 
 
 def test_every_trace_is_rejected_by_check_trace_with_its_rule_at_the_planted_step(generated) -> None:  # type: ignore[no-untyped-def]

@@ -90,9 +90,10 @@ class RecordAbstraction:
 
 
 def usable_blocks_of(first: dict[str, Any]) -> int | None:
-    """The pool size a seed lane's first record states, if it states one as an integer."""
+    """The pool size a seed lane's first record states, if it states one as a positive integer
+    (the seed artifacts write 0 where the pool was not measured)."""
     usable = first.get("usable_blocks")
-    return usable if type(usable) is int else None
+    return usable if type(usable) is int and usable > 0 else None
 
 
 def claim_request_step(record: dict[str, Any], line: int, event: str) -> dict[str, Any]:
@@ -102,6 +103,18 @@ def claim_request_step(record: dict[str, Any], line: int, event: str) -> dict[st
         "claim_id": require(record, "claim_id", str, line),
         "request_id": require(record, "request_id", str, line),
     }
+
+
+def restored_step(record: dict[str, Any], line: int) -> dict[str, Any]:
+    """`resident_claim_restored` of the record's claim and request, with the blocks the record
+    says came back (its `block_ids`, else its `key_count`) as `restored_blocks`."""
+    step = claim_request_step(record, line, "resident_claim_restored")
+    blocks, keys = record.get("block_ids"), record.get("key_count")
+    if type(blocks) is list:
+        step["restored_blocks"] = len(blocks)
+    elif type(keys) is int and keys >= 0:
+        step["restored_blocks"] = keys
+    return step
 
 
 def offloaded_step(record: dict[str, Any], line: int, tier_field: str) -> list[dict[str, Any]]:

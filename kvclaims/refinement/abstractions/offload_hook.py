@@ -37,6 +37,7 @@ from kvclaims.refinement.abstractions import (
     offloaded_step,
     optional,
     require,
+    restored_step,
     usable_blocks_of,
 )
 from kvclaims.refinement.reader import HeaderInfo, parse_error
@@ -117,7 +118,7 @@ class OffloadHookAbstraction(RecordAbstraction):
 
     def _resident_claim_restored(self, r: dict[str, Any], line: int) -> list[dict[str, Any]]:
         from_tier = r.get("restored_from_offload_tier") is True and r.get("restoration_completed") is True
-        return [claim_request_step(r, line, "resident_claim_restored")] if from_tier else []
+        return [restored_step(r, line)] if from_tier else []
 
     def _resident_claim_reuse_after_restore(self, r: dict[str, Any], line: int) -> list[dict[str, Any]]:
         return [

@@ -43,6 +43,7 @@ from kvclaims.refinement.abstractions import (
     offloaded_step,
     optional,
     require,
+    restored_step,
 )
 from kvclaims.refinement.reader import HeaderInfo
 from kvclaims.spec.trace import RestorationOutcome
@@ -190,7 +191,7 @@ class PydevConnectorAbstraction(RecordAbstraction):
     def _resident_claim_restored(self, r: dict[str, Any], line: int) -> list[dict[str, Any]]:
         if r.get("restored_from_offload_tier") is not True:
             return []
-        return [claim_request_step(r, line, "resident_claim_restored")]
+        return [restored_step(r, line)]
 
     def _failure(self, r: dict[str, Any], line: int) -> tuple[str, str, str]:
         claim_id = optional(r, "outcome_claim_id", str, line) or require(r, "claim_id", str, line)

@@ -148,9 +148,11 @@ def _hash_text(value: Any) -> str:
         raise TraceInputError(
             Finding(ErrorClass.parse, f"a block hash must be bytes, an integer or a string: {value!r}")
         )
+    # Every domain is tagged: an integer, a string and bytes that print alike are different
+    # blocks (a str "int:5" must never become the block of the integer 5).
     if isinstance(value, bytes):
-        return value.hex()
-    return f"int:{value}" if isinstance(value, int) else value
+        return f"bytes:{value.hex()}"
+    return f"int:{value}" if isinstance(value, int) else f"str:{value}"
 
 
 def _undecidable(precondition: TelemetryJoinPrecondition, message: str, line: int | None) -> Undecidable:

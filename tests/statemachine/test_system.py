@@ -1,0 +1,72 @@
+"""The system model's API: init / step / step_run / finish / describe, on pydantic events and
+on the checker's msgspec Structs alike."""
+
+from __future__ import annotations
+
+import io
+import json
+
+from kvclaims.refinement.decoding import convert_event
+from kvclaims.refinement.testing import TraceBuilder, generate_valid_trace
+from kvclaims.spec.trace import EVENT_MODELS, TraceHeader
+from kvclaims.spec.vocabulary import ConformanceRule
+from kvclaims.statemachine import system
+from kvclaims.statemachine.lifecycle import Phase
+
+
+def builder() -> TraceBuilder:
+    trace = TraceBuilder(usable_blocks=80).accept("C", blocks=2).store_prefix("C", 2).materialize("C", 2)
+    return trace.admit("r").reuse("r", "C", 2).finish("r")
+
+
+def test_step_advances_the_same_state_and_describes_it() -> None:
+    trace = builder()
+    state = system.init(TraceHeader.model_validate(trace.header))
+    for at, document in enumerate(trace.events, start=2):
+        event = EVENT_MODELS[document["event"]].model_validate(document)
+        assert system.step(state, event, at) is state
+    assert system.finish(state) is None
+    assert state.claims["C"].phase is Phase.materialized and state.claims["C"].leading == 2
+    assert state.reserved_blocks == 2 and state.admitted_live_blocks == 0
+    assert "1 materialized" in system.describe(state)
+
+
+def test_a_violation_names_its_rule_position_and_ids() -> None:
+    state = system.init(TraceHeader(kvclaims_trace=1, usable_blocks=80))
+    event = convert_event({"seq": 0, "event": "resident_claim_released", "claim_id": "X"})
+    violation = system.step(state, event, 7)
+    assert isinstance(violation, system.Violation)
+    assert violation.rule is ConformanceRule.identity and violation.at == 7 and violation.ids == {"X"}
+    assert violation.event == "resident_claim_released"
+
+
+def test_finish_names_what_the_trace_still_owes() -> None:
+    trace = TraceBuilder(usable_blocks=80).accept("C", blocks=2).store_prefix("C", 2)
+    trace.remove_block("C", 0, named=False)
+    state = system.init(TraceHeader.model_validate(trace.header))
+    assert system.step_run(state, [convert_event(e) for e in trace.events], 2) is None
+    owed = system.finish(state)
+    assert (
+        owed is not None and owed.rule is ConformanceRule.no_silent_harm and owed.event == system.END_OF_TRACE
+    )
+
+
+def test_step_run_is_step_folded_over_the_run() -> None:
+    out = io.BytesIO()
+    generate_valid_trace(out, 20_000, seed=3)
+    lines = out.getvalue().splitlines()
+    header = TraceHeader.model_validate_json(lines[0])
+    # the model judges the events between the header and the writer's trace_closed
+    assert json.loads(lines[-1])["event"] == "trace_closed"
+    events = [convert_event(json.loads(line)) for line in lines[1:-1]]
+    by_run, by_step = system.init(header), system.init(header)
+    assert system.step_run(by_run, events, 2) is None
+    for at, event in enumerate(events, start=2):
+        assert system.step(by_step, event, at) is by_step
+    assert system.finish(by_run) is None and system.finish(by_step) is None
+    assert system.witnesses(by_run) == system.witnesses(by_step)
+    assert (by_run.steps, by_run.reserved_blocks, len(by_run.claims)) == (
+        by_step.steps,
+        by_step.reserved_blocks,
+        len(by_step.claims),
+    )
