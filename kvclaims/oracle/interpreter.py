@@ -19,8 +19,10 @@ C1  Pool reservation (issue 12 class 1, seed 001 s. 3.4). A claim *reserves* the
     `active_request_admitted`, reserved + the live blocks of every admitted, unfinished request
     must be <= usable_blocks. A request's live blocks count from its admission until
     `request_finished` (a refusal or deferral does not free them; a re-admission replaces them).
-C2  Capacity proofs are checked against that state: every blocking claim reserves now, the
-    blocks the blocking claims hold <= protected_resident_blocks <= everything reserved, and the
+C2  Capacity proofs are checked against that state: every blocking claim reserves now; the
+    device blocks the blocking claims hold <= protected_resident_blocks <= the footprints of all
+    reserving claims (a runtime may reserve a footprint at acceptance, seed 001 table 5
+    "resident reserve") and <= usable_blocks (nothing protects more than the pool); the
     proof's usable_blocks is the pool's. Without a header pool the first proof's usable_blocks
     becomes the pool; an admission while something is reserved and no pool is known is
     undecidable (inconclusive). A capacity *deferral*, like a refusal, needs a positive
@@ -664,7 +666,7 @@ class Oracle:
     def _resident_claim_released(self, event: dict[str, Any]) -> None:
         claim = self._accepted_claim(event["claim_id"])
         self._named(claim, event["event"])
-        if claim.phase not in RESPONSIBLE | SETTLED:
+        if claim.phase not in RESPONSIBLE | {"demoted", "expired"}:
             raise Violation(LIFECYCLE, f"release of {claim.claim_id} while {claim.phase}")
         self._end_responsibility(claim, "released")
 
@@ -890,8 +892,10 @@ class Oracle:
             if claim.phase not in RESERVING:
                 raise Violation(ATTRIBUTION, f"{claim.claim_id} reserves nothing while {claim.phase}")
         protected = numbers[0]
-        if not self._held(claims) <= protected <= self._held(self._reserving()):
-            raise Violation(CAPACITY, "protected_resident_blocks is not what the blocking claims reserve")
+        if protected < self._held(claims):
+            raise Violation(CAPACITY, "protected_resident_blocks leaves out blocks the blocking claims hold")
+        if protected > sum(c.footprint for c in self._reserving()) or protected > numbers[3]:
+            raise Violation(CAPACITY, "protected_resident_blocks exceeds what the claims reserve or the pool")
         if self.pool is None:
             self.pool = numbers[3]
         phase = request.phase if request is not None else None
@@ -1070,12 +1074,17 @@ def judge(data: bytes) -> Verdict:
             oracle.step(event)
         except Violation as violation:
             return Verdict(REJECTED, violation.rule, number, violation.message)
+    return conclude(oracle, unknown)
+
+
+def conclude(oracle: Oracle, unknown_line: int | None = None) -> Verdict:
+    """The verdict of a trace that ended in `oracle`'s state without a violation on the way."""
     try:
         oracle.finish()
     except Violation as violation:
         return Verdict(REJECTED, violation.rule, 0, violation.message)
-    if unknown is not None:
-        return Verdict(INCONCLUSIVE, line=unknown, message="unknown event type")
+    if unknown_line is not None:
+        return Verdict(INCONCLUSIVE, line=unknown_line, message="unknown event type")
     if oracle.undecided is not None:
         return Verdict(INCONCLUSIVE, message=oracle.undecided)
     if oracle.steps == 0:
