@@ -14,6 +14,7 @@ checked by both and compared by outcome (and by rule when both reject).
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 import time
@@ -241,7 +242,26 @@ def refinement_checker(data: bytes) -> CheckerVerdict:
     """`kvclaims.refinement.api.check_bytes`: outcome, rule (for a rejection) and why."""
     from kvclaims.refinement.api import check_bytes
 
-    verdict = check_bytes(data)
+    return _checker_verdict(check_bytes(data))
+
+
+def refinement_checker_unshrunk(data: bytes) -> CheckerVerdict:
+    """The same verdict as `refinement_checker` without the minimal counterexample prefix that
+    `check_source` derives after a rejection (its cost is quadratic in the projection, and
+    outcome, rule and message do not depend on it). For long mutation runs."""
+    from kvclaims.refinement.api import DEFAULT_BUDGET, _Run
+    from kvclaims.refinement.sources import detect, open_source
+
+    opener = lambda: io.BytesIO(data)  # noqa: E731
+    fmt = detect(opener)
+    if fmt is None:
+        return CheckerVerdict("invalid", None, "no format recognises line 1")
+    return _checker_verdict(
+        _Run("<bytes>", fmt, DEFAULT_BUDGET).check(lambda: open_source(opener(), fmt, registry=None))
+    )
+
+
+def _checker_verdict(verdict: Any) -> CheckerVerdict:
     found = verdict.counterexample
     if found is not None:
         return CheckerVerdict(verdict.outcome.value, found.rule.value, found.message)
