@@ -44,7 +44,9 @@ C5  Harm from blocks (class 4): a preserving claim *held* its predicate once a `
     before the end. A claim materialized without block events is assumed to hold the leading
     blocks it reported; later stores only add positions (a partial store never resets a
     reported prefix). A `materialized` report larger than what the claim's own tracked blocks
-    show is a lifecycle violation at once (no later confirmation).
+    show must be confirmed by its blocks before any other event names the claim and before the
+    end (the seed's own BlockPool traces report materialization just before the last block's
+    store; an immediate rule rejected them).
 C6  Restores (class 5): a one-key `restored` of a claim whose blocks are tracked needs those
     blocks to show the predicate again. A two-key claim is restored only when both keys arrived
     (a `restored` for the KV side and a `checkpoint_restored` whose boundary and value_hash equal
@@ -165,6 +167,7 @@ class Claim:
     gone: set[int] = field(default_factory=set)  # assumed positions removed since
     tracked: bool = False  # block events with this claim's id and a position were seen
     held: bool = False  # the predicate was shown to hold while responsible (C5)
+    unconfirmed: int = 0  # leading blocks a materialized report claimed and blocks have not shown
     owes_harm: bool = False
     mismatch: bool = False  # a two-key checkpoint mismatch owes a restoration failure
     kv_back: bool = False  # two-key: the KV side of a restore arrived
@@ -206,7 +209,8 @@ class Claim:
             tuple(sorted(self.positions.items())),
             self.assumed,
             tuple(sorted(self.gone)),
-            (self.tracked, self.held, self.owes_harm, self.mismatch, self.kv_back, self.value_back),
+            (self.tracked, self.held, self.unconfirmed, self.owes_harm, self.mismatch),
+            (self.kv_back, self.value_back),
             tuple(sorted(self.pending)),
         )
 
@@ -456,6 +460,7 @@ class Oracle:
     def _named(self, claim: Claim, event: str) -> None:
         """C5/C6: a claim that owes harm (or a two-key failure) must report it before anything
         else names it (DESIGN rule 6, seed 002)."""
+        self._confirmed(claim)
         if claim.owes_harm and event != "resident_claim_harmed":
             raise Violation(
                 NO_SILENT_HARM, f"{claim.claim_id} fell below its predicate; harm must come first"
@@ -464,6 +469,12 @@ class Oracle:
             raise Violation(
                 TWO_KEY, f"{claim.claim_id}: checkpoint mismatch must end in a restoration failure"
             )
+
+    @staticmethod
+    def _confirmed(claim: Claim) -> None:
+        """C5: a materialized report its blocks had not shown must be confirmed by now."""
+        if claim.unconfirmed:
+            raise Violation(LIFECYCLE, f"{claim.claim_id}: materialized report never confirmed by its blocks")
 
     def _request(self, request_id: str) -> Request | None:
         return self.requests.get(request_id)
@@ -500,6 +511,8 @@ class Oracle:
     def _after_blocks_changed(self, claim: Claim, before: bool) -> None:
         """C5: the predicate shown to hold by blocks, or fallen below it."""
         now = claim.holds()
+        if claim.unconfirmed and claim.leading() >= claim.unconfirmed:
+            claim.unconfirmed = 0
         if claim.phase in RESERVING and now:
             claim.held = True
         if before and not now and claim.mode in PRESERVING and claim.phase in RESERVING and claim.held:
@@ -544,6 +557,7 @@ class Oracle:
     def finish(self) -> None:
         """What the trace still owes when it ends."""
         for claim in self.claims.values():
+            self._confirmed(claim)
             if claim.owes_harm:  # rule 6
                 raise Violation(
                     NO_SILENT_HARM, f"{claim.claim_id} fell below its predicate; no harm reported"
@@ -640,8 +654,8 @@ class Oracle:
                 raise Violation(TWO_KEY, f"{claim.claim_id}: checkpoint boundary is not the predicate's")
             claim.checkpoint = (checkpoint["boundary"], checkpoint["value_hash"])
         if claim.leading() < leading:
-            if claim.tracked:  # C5: its own blocks do not show it
-                raise Violation(LIFECYCLE, f"{claim.claim_id}: materialized report not shown by its blocks")
+            if claim.tracked:  # C5: its own blocks must confirm it before its next event
+                claim.unconfirmed = leading
             claim.assumed, claim.gone = leading, set()  # no allocation sized by the number
         claim.phase = "materialized"
         claim.held = True
@@ -674,6 +688,7 @@ class Oracle:
 
     def _resident_claim_harmed(self, event: dict[str, Any]) -> None:
         claim = self._accepted_claim(event["claim_id"])
+        self._confirmed(claim)
         if claim.mode not in PRESERVING:
             raise Violation(
                 LIFECYCLE, f"{claim.claim_id} has no preservation obligation: it is lost, not harmed"
