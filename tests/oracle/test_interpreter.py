@@ -152,3 +152,79 @@ def test_absurd_sizes_give_a_verdict_without_an_allocation_sized_by_them() -> No
 
 def test_a_builder_trace_of_the_header_only_is_inconclusive() -> None:
     assert judge(TraceBuilder(usable_blocks=8).ndjson()).outcome == INCONCLUSIVE
+
+
+OFFLOADED = (
+    accepted("A", "offloadable", 1, 1),
+    materialized("A", 1),
+    {"event": "resident_claim_offloaded", "claim_id": "A", "tier": "cpu"},
+    {"event": "active_request_admitted", "request_id": "r1", "active_live_blocks": 1},
+    {"event": "resident_claim_restore_required", "claim_id": "A", "request_id": "r1"},
+)
+FINISH = {"event": "request_finished", "request_id": "r1", "status": "finished"}
+FAILED = {
+    "event": "resident_claim_restoration_failed",
+    "claim_id": "A",
+    "request_id": "r1",
+    "outcome": "refusal",
+}
+FAILURE_DEFERRAL = {
+    "event": "active_request_deferred",
+    "request_id": "r1",
+    "reason": "restoration_failed",
+    "blocking_claim_ids": ["A"],
+}
+
+
+def test_class_10_offload_and_restore_of_a_hard_protected_claim_is_legal() -> None:
+    hard = (accepted("A", "hard_protected", 1, 1), *OFFLOADED[1:])
+    restored = {"event": "resident_claim_restored", "claim_id": "A", "request_id": "r1"}
+    reuse = {
+        "event": "request_reused",
+        "request_id": "r1",
+        "claim_id": "A",
+        "cached_blocks": 1,
+        "predicate_satisfied": True,
+    }
+    assert judge(ndjson(*hard, restored, reuse, FINISH)).outcome == ACCEPTED
+    demotable = (accepted("A", "demotable", 1, 1), *OFFLOADED[1:3])
+    assert judge(ndjson(*demotable)).rule == "lifecycle"
+
+
+@pytest.mark.parametrize(
+    "continuation",
+    [
+        [FINISH],
+        [{"event": "active_request_admitted", "request_id": "r1", "active_live_blocks": 1}, FINISH],
+        [{**FAILURE_DEFERRAL, "event": "active_request_refused"}, FINISH],
+    ],
+    ids=["finish", "admission", "refusal"],
+)
+def test_class_11_a_restoration_failure_deferral_has_legal_continuations(continuation: list) -> None:
+    assert judge(ndjson(*OFFLOADED, FAILED, FAILURE_DEFERRAL, *continuation)).outcome == ACCEPTED
+    assert judge(ndjson(*OFFLOADED, FAILED, FINISH)).rule == "attribution"  # no fail-closed outcome
+
+
+@pytest.mark.parametrize("ending", ["resident_claim_released", "resident_claim_demoted"])
+def test_class_12_release_or_demotion_with_a_pending_restore_lets_the_request_finish(ending: str) -> None:
+    assert judge(ndjson(*OFFLOADED, {"event": ending, "claim_id": "A"}, FINISH)).outcome == ACCEPTED
+    assert judge(ndjson(*OFFLOADED, FINISH)).rule == "offload_order"  # still responsible: no silent skip
+
+
+def test_class_14_request_edge_cases() -> None:
+    assert judge(ndjson(FINISH)).outcome == ACCEPTED  # a client abort before the pool (choice C12)
+    assert judge(ndjson(FINISH, FINISH)).rule == "identity"  # the id is retired
+    deferred = {**FAILURE_DEFERRAL, "reason": "capacity", "protected_resident_blocks": 1,
+                "active_live_blocks_required": 80, "resident_plus_active_blocks": 81, "usable_blocks": 80,
+                "capacity_shortfall_blocks": 1}  # fmt: skip
+    hard = (accepted("A", "hard_protected", 1, 1), materialized("A", 1), deferred)
+    served = {
+        "event": "request_reused",
+        "request_id": "r1",
+        "claim_id": "A",
+        "cached_blocks": 1,
+        "predicate_satisfied": True,
+    }
+    admitted = {"event": "active_request_admitted", "request_id": "r1", "active_live_blocks": 1}
+    assert judge(ndjson(*hard, served)).rule == "lifecycle"  # admitted first
+    assert judge(ndjson(*hard, admitted, served, FINISH)).outcome == ACCEPTED
