@@ -457,6 +457,12 @@ class Oracle:
             raise Violation(IDENTITY, f"{claim_id} was never accepted ({state})")
         return claim
 
+    def _subject(self, event: dict[str, Any]) -> Claim:
+        """The accepted claim a claim event is about, owing nothing that must come first."""
+        claim = self._accepted_claim(event["claim_id"])
+        self._named(claim, event["event"])
+        return claim
+
     def _named(self, claim: Claim, event: str) -> None:
         """C5/C6: a claim that owes harm (or a two-key failure) must report it before anything
         else names it (DESIGN rule 6, seed 002)."""
@@ -635,8 +641,7 @@ class Oracle:
     # materialization (seed 001 s. 3.1, L6; seed 002)
 
     def _resident_claim_materialized(self, event: dict[str, Any]) -> None:
-        claim = self._accepted_claim(event["claim_id"])
-        self._named(claim, event["event"])
+        claim = self._subject(event)
         if claim.phase not in RESERVING:
             raise Violation(LIFECYCLE, f"{claim.claim_id} materialized while {claim.phase}")
         leading = event["leading_blocks"]
@@ -663,8 +668,7 @@ class Oracle:
     # responsibility ends (seed 001 table 4, L4/L5)
 
     def _responsible(self, event: dict[str, Any]) -> Claim:
-        claim = self._accepted_claim(event["claim_id"])
-        self._named(claim, event["event"])
+        claim = self._subject(event)
         if claim.phase not in RESPONSIBLE:
             raise Violation(LIFECYCLE, f"{event['event']} of {claim.claim_id} while {claim.phase}")
         return claim
@@ -678,8 +682,7 @@ class Oracle:
         self._end_responsibility(claim, "expired")
 
     def _resident_claim_released(self, event: dict[str, Any]) -> None:
-        claim = self._accepted_claim(event["claim_id"])
-        self._named(claim, event["event"])
+        claim = self._subject(event)
         if claim.phase not in RESPONSIBLE | {"demoted", "expired"}:
             raise Violation(LIFECYCLE, f"release of {claim.claim_id} while {claim.phase}")
         self._end_responsibility(claim, "released")
@@ -709,8 +712,7 @@ class Oracle:
         self._end_responsibility(claim, "harmed")
 
     def _resident_claim_lost(self, event: dict[str, Any]) -> None:
-        claim = self._accepted_claim(event["claim_id"])
-        self._named(claim, event["event"])
+        claim = self._subject(event)
         if claim.mode in PRESERVING and claim.phase in RESPONSIBLE:
             raise Violation(
                 NO_SILENT_HARM, f"{claim.claim_id} has a preservation obligation: its loss is harm"
@@ -728,8 +730,7 @@ class Oracle:
     # offload and restore (seed 000 paths A/B, rule 5, classes 5, 10, 11, 12)
 
     def _resident_claim_offloaded(self, event: dict[str, Any]) -> None:
-        claim = self._accepted_claim(event["claim_id"])
-        self._named(claim, event["event"])
+        claim = self._subject(event)
         if claim.mode not in MAY_OFFLOAD:
             raise Violation(LIFECYCLE, f"{claim.mode} claims may not be offloaded")
         if claim.phase not in RESERVING or not claim.held:
@@ -739,8 +740,7 @@ class Oracle:
         claim.phase = "offloaded"
 
     def _resident_claim_restore_required(self, event: dict[str, Any]) -> None:
-        claim = self._accepted_claim(event["claim_id"])
-        self._named(claim, event["event"])
+        claim = self._subject(event)
         request_id = event["request_id"]
         if claim.phase not in ("offloaded", "restoring"):
             raise Violation(OFFLOAD_ORDER, f"restore_required of {claim.claim_id} while {claim.phase}")
@@ -754,8 +754,7 @@ class Oracle:
         claim.phase = "restoring"
 
     def _resident_claim_restored(self, event: dict[str, Any]) -> None:
-        claim = self._accepted_claim(event["claim_id"])
-        self._named(claim, event["event"])
+        claim = self._subject(event)
         request_id = event["request_id"]
         if claim.phase != "restoring" or request_id not in claim.pending:
             raise Violation(OFFLOAD_ORDER, f"restored without a pending restore_required for {request_id}")
@@ -781,8 +780,7 @@ class Oracle:
             claim.held = True
 
     def _resident_claim_checkpoint_restored(self, event: dict[str, Any]) -> None:
-        claim = self._accepted_claim(event["claim_id"])
-        self._named(claim, event["event"])
+        claim = self._subject(event)
         if not claim.two_key or claim.phase != "restoring":
             raise Violation(TWO_KEY, f"checkpoint restore of {claim.claim_id} while {claim.phase}")
         recorded = claim.checkpoint
@@ -793,8 +791,7 @@ class Oracle:
         self._two_key_restored(claim)
 
     def _resident_claim_restoration_failed(self, event: dict[str, Any]) -> None:
-        claim = self._accepted_claim(event["claim_id"])
-        self._named(claim, event["event"])
+        claim = self._subject(event)
         request_id, outcome = event["request_id"], event["outcome"]
         if claim.phase != "restoring" or request_id not in claim.pending:
             raise Violation(
@@ -924,8 +921,7 @@ class Oracle:
         request.phase = "refused" if refusal else "deferred"
 
     def _request_reused(self, event: dict[str, Any]) -> None:
-        claim = self._accepted_claim(event["claim_id"])
-        self._named(claim, event["event"])
+        claim = self._subject(event)
         request_id = event["request_id"]
         request = self._request(request_id)
         if event["predicate_satisfied"]:
@@ -1064,9 +1060,7 @@ def judge(data: bytes) -> Verdict:
     """The oracle's verdict on one trace v1 (header + NDJSON events)."""
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
-        lines.pop()
-    elif lines:
-        pass  # a last line without newline is judged as it parses
+        lines.pop()  # a last line without its newline is judged as it parses
     try:
         if not lines:
             raise BadInput("empty")

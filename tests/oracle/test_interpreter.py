@@ -36,6 +36,15 @@ def refusal(protected: int, active: int, usable: int, shortfall: int, blocking=(
     }  # fmt: skip
 
 
+REUSE = {
+    "event": "request_reused",
+    "request_id": "r1",
+    "claim_id": "A",
+    "cached_blocks": 1,
+    "predicate_satisfied": True,
+}
+
+
 def materialized(claim_id: str, leading: int) -> dict:
     return {"event": "resident_claim_materialized", "claim_id": claim_id, "leading_blocks": leading}
 
@@ -105,16 +114,9 @@ def test_class_5_a_matching_checkpoint_alone_does_not_restore_a_two_key_claim() 
         {"event": "resident_claim_restore_required", "claim_id": "A", "request_id": "r1"},
         {"event": "resident_claim_checkpoint_restored", "claim_id": "A", **checkpoint},
     )
-    reuse = {
-        "event": "request_reused",
-        "request_id": "r1",
-        "claim_id": "A",
-        "cached_blocks": 1,
-        "predicate_satisfied": True,
-    }
     kv_side = {"event": "resident_claim_restored", "claim_id": "A", "request_id": "r1"}
-    assert judge(ndjson(*prefix, reuse)).rule == "offload_order"
-    assert judge(ndjson(*prefix, kv_side, reuse)).outcome == ACCEPTED
+    assert judge(ndjson(*prefix, REUSE)).rule == "offload_order"
+    assert judge(ndjson(*prefix, kv_side, REUSE)).outcome == ACCEPTED
 
 
 def test_generated_valid_histories_are_accepted() -> None:
@@ -179,14 +181,7 @@ FAILURE_DEFERRAL = {
 def test_class_10_offload_and_restore_of_a_hard_protected_claim_is_legal() -> None:
     hard = (accepted("A", "hard_protected", 1, 1), *OFFLOADED[1:])
     restored = {"event": "resident_claim_restored", "claim_id": "A", "request_id": "r1"}
-    reuse = {
-        "event": "request_reused",
-        "request_id": "r1",
-        "claim_id": "A",
-        "cached_blocks": 1,
-        "predicate_satisfied": True,
-    }
-    assert judge(ndjson(*hard, restored, reuse, FINISH)).outcome == ACCEPTED
+    assert judge(ndjson(*hard, restored, REUSE, FINISH)).outcome == ACCEPTED
     demotable = (accepted("A", "demotable", 1, 1), *OFFLOADED[1:3])
     assert judge(ndjson(*demotable)).rule == "lifecycle"
 
@@ -218,13 +213,6 @@ def test_class_14_request_edge_cases() -> None:
                 "active_live_blocks_required": 80, "resident_plus_active_blocks": 81, "usable_blocks": 80,
                 "capacity_shortfall_blocks": 1}  # fmt: skip
     hard = (accepted("A", "hard_protected", 1, 1), materialized("A", 1), deferred)
-    served = {
-        "event": "request_reused",
-        "request_id": "r1",
-        "claim_id": "A",
-        "cached_blocks": 1,
-        "predicate_satisfied": True,
-    }
     admitted = {"event": "active_request_admitted", "request_id": "r1", "active_live_blocks": 1}
-    assert judge(ndjson(*hard, served)).rule == "lifecycle"  # admitted first
-    assert judge(ndjson(*hard, admitted, served, FINISH)).outcome == ACCEPTED
+    assert judge(ndjson(*hard, REUSE)).rule == "lifecycle"  # admitted first
+    assert judge(ndjson(*hard, admitted, REUSE, FINISH)).outcome == ACCEPTED
