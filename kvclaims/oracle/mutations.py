@@ -5,18 +5,15 @@ duplicate or reorder an event, change a number, an id, a block hash, a mode or a
 insert an event copied from elsewhere in the history. `seq` is renumbered when the mutant is
 encoded, so every mutant is still well-formed input and the verdicts differ only by the model.
 
-    python -m kvclaims.oracle.mutations --cases 100000     # the long profile (see bench/)
+    bench/oracle_mutations.py --cases 100000     # the long profile
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import io
 import json
 import random
-import sys
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -232,27 +229,3 @@ def run(
             if signature not in examples or len(found.trace) < len(examples[signature].trace):
                 examples[signature] = found
     return kinds, classes, examples
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m kvclaims.oracle.mutations", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--cases", type=int, default=1000)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    start = time.perf_counter()
-    kinds, classes, _ = run(args.cases, args.seed)
-    summary = {
-        "cases": sum(kinds.values()),
-        "seconds": round(time.perf_counter() - start, 1),
-        "mutations": dict(sorted(kinds.items())),
-        "disagreements": sum(classes.values()),
-        "classes": dict(classes.most_common()),
-    }
-    print(json.dumps(summary, indent=2))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
