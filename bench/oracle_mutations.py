@@ -5,7 +5,9 @@
 Bases are `--per-source` histories each of `generate_valid_trace` and the MicroRuntime that
 both the oracle and the checker accept; every case applies one random mutation
 (`kvclaims.oracle.mutations.MUTATIONS`) and compares the two verdicts (the checker without its
-minimal-prefix shrinking, which does not change outcome or rule). Prints the counts, the
+minimal-prefix shrinking, which does not change outcome or rule; the oracle from its state
+cached before the first changed event, `PreparedHistory`). `--budget-s` stops early and says
+how many cases ran. Prints the counts, the
 disagreements by class with the known-disagreement entry that explains each, and the shortest
 example of every class no entry explains. Nothing is asserted; the CI profile is
 tests/oracle/test_mutations.py.
@@ -17,6 +19,7 @@ import argparse
 import json
 import re
 import time
+from collections import Counter
 from pathlib import Path
 
 import yaml
@@ -31,10 +34,18 @@ def main() -> None:
     parser.add_argument("--cases", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--per-source", type=int, default=8)
+    parser.add_argument("--budget-s", type=float, default=None, help="stop after this many seconds")
     args = parser.parse_args()
     known = yaml.safe_load(KNOWN.read_text())
     start = time.perf_counter()
-    kinds, classes, examples = run(args.cases, args.seed, args.per_source)
+
+    def progress(kinds: Counter[str], classes: Counter[str]) -> None:
+        done, found = sum(kinds.values()), sum(classes.values())
+        print(f"{done} cases, {found} disagreements, {time.perf_counter() - start:.0f} s", flush=True)
+
+    kinds, classes, examples = run(
+        args.cases, args.seed, args.per_source, budget_s=args.budget_s, progress=progress
+    )
     seconds = time.perf_counter() - start
     by_entry: dict[str, int] = {}
     unexplained = {}

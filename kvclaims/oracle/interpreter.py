@@ -390,7 +390,7 @@ def _parse_line(text: bytes) -> dict[str, Any]:
     return value
 
 
-def _parse_header(header: dict[str, Any]) -> tuple[int | None, int | None]:
+def parse_header(header: dict[str, Any]) -> tuple[int | None, int | None]:
     if not _is_int(header.get("kvclaims_trace")) or header["kvclaims_trace"] != 1:
         raise BadInput("line 1 is not a kvclaims trace v1 header")
     usable, block_size = header.get("usable_blocks"), header.get("block_size")
@@ -1064,7 +1064,7 @@ def judge(data: bytes) -> Verdict:
     try:
         if not lines:
             raise BadInput("empty")
-        usable, block_size = _parse_header(_parse_line(lines[0]))
+        usable, block_size = parse_header(_parse_line(lines[0]))
     except BadInput as error:
         return Verdict(INVALID, line=1, message=str(error))
     oracle = Oracle(usable, block_size)

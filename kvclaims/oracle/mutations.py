@@ -14,6 +14,7 @@ import copy
 import io
 import json
 import random
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,7 +27,20 @@ from kvclaims.oracle.exhaustive import (
     refinement_checker,
     refinement_checker_unshrunk,
 )
-from kvclaims.oracle.interpreter import MODES, judge
+from kvclaims.oracle.interpreter import (
+    INVALID,
+    MODES,
+    REJECTED,
+    SCHEMA,
+    BadInput,
+    Oracle,
+    Verdict,
+    Violation,
+    conclude,
+    judge,
+    parse_event,
+    parse_header,
+)
 
 History = tuple[dict[str, Any], list[dict[str, Any]]]
 
@@ -187,14 +201,70 @@ def legal_bases(per_source: int) -> list[tuple[str, History]]:
     return bases
 
 
+class PreparedHistory:
+    """A legal history made cheap to mutate many times: each event's JSON text is kept, and the
+    oracle's state every `STRIDE` events, so a mutant whose first change is at event i is
+    encoded from the kept texts and judged by the oracle from the snapshot before i. Events a
+    mutant shares with the history (the same objects) are not re-validated; changed ones are.
+    `judge` answers what `interpreter.judge(self.encode(mutant))` answers (tests check it)."""
+
+    STRIDE = 16
+
+    def __init__(self, header: dict[str, Any], events: list[dict[str, Any]]) -> None:
+        self.header, self.events = header, events
+        self._texts = {id(event): (event, _text(event)) for event in events}
+        oracle = Oracle(*parse_header(header))
+        self._snapshots = [oracle.clone()]
+        for index, event in enumerate(events, 1):
+            oracle.step(event)
+            if index % self.STRIDE == 0:
+                self._snapshots.append(oracle.clone())
+
+    def _shared(self, event: dict[str, Any]) -> str | None:
+        kept = self._texts.get(id(event))
+        return kept[1] if kept is not None and kept[0] is event else None
+
+    def encode(self, mutant: Mutant) -> bytes:
+        lines = [json.dumps(self.header)]
+        for seq, event in enumerate(mutant.events, 1):
+            text = self._shared(event) or _text(event)
+            lines.append(f'{{"seq": {seq}, {text[1:]}' if text != "{}" else f'{{"seq": {seq}}}')
+        return ("\n".join(lines) + "\n").encode()
+
+    def judge(self, mutant: Mutant) -> Verdict:
+        start = mutant.index // self.STRIDE * self.STRIDE
+        oracle = self._snapshots[start // self.STRIDE].clone()
+        for event in self.events[start : mutant.index]:
+            oracle.step(event)
+        unknown: int | None = None
+        for index in range(mutant.index, len(mutant.events)):
+            event, line = mutant.events[index], index + 2
+            if self._shared(event) is None:
+                try:
+                    event = parse_event(f'{{"seq": {index + 1}, {_text(event)[1:]}'.encode(), index)
+                except BadInput as error:
+                    return Verdict(INVALID, line=line, message=str(error))
+            if event["event"] not in SCHEMA:
+                unknown = unknown or line
+                continue
+            try:
+                oracle.step(event)
+            except Violation as violation:
+                return Verdict(REJECTED, violation.rule, line, violation.message)
+        return conclude(oracle, unknown)
+
+
+def _text(event: dict[str, Any]) -> str:
+    return json.dumps({key: value for key, value in event.items() if key != "seq"})
+
+
 def compare(
-    header: dict[str, Any],
+    prepared: PreparedHistory,
     mutant: Mutant,
     checker: Callable[[bytes], CheckerVerdict] = refinement_checker_unshrunk,
 ) -> Disagreement | None:
     """Both verdicts on one mutant; the disagreement if their outcomes differ."""
-    data = encode(header, mutant.events)
-    oracle, found = judge(data), checker(data)
+    oracle, found = prepared.judge(mutant), checker(prepared.encode(mutant))
     if oracle.outcome == found.outcome:
         return None
     trace = tuple(
@@ -204,28 +274,41 @@ def compare(
     return Disagreement(trace, oracle, found)
 
 
+Progress = Callable[[Counter[str], Counter[str]], None]
+
+
 def run(
-    cases: int, seed: int = 0, histories: int = 8
+    cases: int,
+    seed: int = 0,
+    histories: int = 8,
+    *,
+    budget_s: float | None = None,
+    progress: Progress | None = None,
+    every: int = 5000,
 ) -> tuple[Counter[str], Counter[str], dict[str, Disagreement]]:
-    """`cases` random single mutations of `histories` legal histories per source: mutation
-    counts, disagreement counts by signature, and the shortest example of each."""
+    """`cases` random single mutations of `histories` legal histories per source (fewer when
+    `budget_s` seconds run out first): mutation counts, disagreement counts by signature, and
+    the shortest example of each. `progress` gets the counts every `every` cases."""
     rng = random.Random(seed)
-    bases = legal_bases(histories)
+    bases = [PreparedHistory(header, events) for _, (header, events) in legal_bases(histories)]
     kinds: Counter[str] = Counter()
     classes: Counter[str] = Counter()
     examples: dict[str, Disagreement] = {}
     done = 0
-    while done < cases:
-        _, (header, events) = rng.choice(bases)
-        mutant = mutate(events, rng.choice(MUTATIONS), rng)
+    deadline = None if budget_s is None else time.monotonic() + budget_s
+    while done < cases and (deadline is None or time.monotonic() < deadline):
+        prepared = rng.choice(bases)
+        mutant = mutate(prepared.events, rng.choice(MUTATIONS), rng)
         if mutant is None:
             continue
         done += 1
         kinds[mutant.kind] += 1
-        found = compare(header, mutant)
+        found = compare(prepared, mutant)
         if found is not None:
             signature = classify(found)
             classes[signature] += 1
             if signature not in examples or len(found.trace) < len(examples[signature].trace):
                 examples[signature] = found
+        if progress is not None and done % every == 0:
+            progress(kinds, classes)
     return kinds, classes, examples

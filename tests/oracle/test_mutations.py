@@ -25,6 +25,7 @@ from kvclaims.oracle.mutations import (
     MUTATIONS,
     SOURCES,
     History,
+    PreparedHistory,
     compare,
     decode,
     encode,
@@ -43,17 +44,21 @@ def bases() -> list[tuple[str, History]]:
     return legal_bases(PER_SOURCE)
 
 
+@functools.cache
+def prepared(base: int) -> PreparedHistory:
+    return PreparedHistory(*bases()[base][1])
+
+
 def test_every_source_gives_legal_histories_both_accept() -> None:
     assert sorted({name for name, _ in bases()}) == sorted(SOURCES)
     assert len(bases()) == BASES
 
 
-def _assert_agree_or_known(history: History, kind: str, seed: int) -> None:
-    header, events = history
-    mutant = mutate(events, kind, random.Random(seed))
+def _assert_agree_or_known(history: PreparedHistory, kind: str, seed: int) -> None:
+    mutant = mutate(history.events, kind, random.Random(seed))
     if mutant is None:
         return
-    found = compare(header, mutant)
+    found = compare(history, mutant)
     if found is None:
         return
     signature = classify(found)
@@ -65,7 +70,7 @@ def _assert_agree_or_known(history: History, kind: str, seed: int) -> None:
 @settings(max_examples=150, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(base=st.integers(0, BASES - 1), kind=st.sampled_from(MUTATIONS), seed=st.integers(0, 2**32 - 1))
 def test_one_mutation_of_a_legal_history_gets_agreeing_verdicts(base: int, kind: str, seed: int) -> None:
-    _assert_agree_or_known(bases()[base][1], kind, seed)
+    _assert_agree_or_known(prepared(base), kind, seed)
 
 
 @pytest.mark.parametrize("kind", MUTATIONS)
@@ -75,8 +80,18 @@ def test_every_mutation_kind_changes_the_history(kind: str) -> None:
     assert any(m is not None and encode(header, m.events) != encode(header, events) for m in changed)
 
 
+def test_a_prepared_history_judges_a_mutant_as_the_oracle_judges_its_bytes() -> None:
+    rng = random.Random(7)
+    for _ in range(300):
+        history = prepared(rng.randrange(BASES))
+        mutant = mutate(history.events, rng.choice(MUTATIONS), rng)
+        if mutant is not None:
+            data = history.encode(mutant)
+            assert history.judge(mutant) == judge(data) == judge(encode(history.header, mutant.events))
+
+
 @pytest.fixture(scope="module")
-def scheduler_histories(tmp_path_factory: pytest.TempPathFactory) -> list[History]:
+def scheduler_histories(tmp_path_factory: pytest.TempPathFactory) -> list[PreparedHistory]:
     from kvclaims.lab.scheduler_scenarios import run_scenario
 
     out: Path = tmp_path_factory.mktemp("scheduler")
@@ -85,7 +100,7 @@ def scheduler_histories(tmp_path_factory: pytest.TempPathFactory) -> list[Histor
         run_scenario(name, out / f"{name}.ndjson")
         data = (out / f"{name}.ndjson").read_bytes()
         assert judge(data).outcome == refinement_checker_unshrunk(data).outcome == "accepted", name
-        histories.append(decode(data))
+        histories.append(PreparedHistory(*decode(data)))
     return histories
 
 
