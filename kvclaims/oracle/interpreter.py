@@ -58,7 +58,9 @@ C8  Lost/harmed agree with blocks (class 7): `harmed` needs leading < required =
     required; `lost` needs leading < required (also after release); when the claim's blocks are
     tracked the reported leading_blocks must equal what they show, and a harm report while they
     still show the predicate is a violation. `lost` of a responsible preserving claim is silent
-    harm. Harm of a claim that never held is a lifecycle violation.
+    harm. Harm of a claim that never held is a lifecycle violation. A satisfied reuse of a
+    responsible claim whose tracked blocks no longer show its predicate is a lifecycle
+    violation (after release it is ordinary cache behaviour, DESIGN appendix).
 C9  Offload (class 10, seed 001 table 3, seed 000 s. 3): legal for offloadable and hard_protected
     claims whose predicate held; not for other modes.
 C10 Restoration-failure deferral (class 11): a `restoration_failed` with outcome refusal owes the
@@ -937,6 +939,8 @@ class Oracle:
                 raise Violation(
                     LIFECYCLE, "satisfied reuse with fewer cached blocks than the predicate needs"
                 )
+            if claim.phase == "materialized" and claim.tracked and not claim.holds():  # C8
+                raise Violation(LIFECYCLE, f"satisfied reuse of {claim.claim_id} while its blocks fail it")
         self._reuse_request(request_id)
 
     def _request_finished(self, event: dict[str, Any]) -> None:

@@ -216,3 +216,11 @@ def test_class_14_request_edge_cases() -> None:
     admitted = {"event": "active_request_admitted", "request_id": "r1", "active_live_blocks": 1}
     assert judge(ndjson(*hard, REUSE)).rule == "lifecycle"  # admitted first
     assert judge(ndjson(*hard, admitted, REUSE, FINISH)).outcome == ACCEPTED
+
+
+def test_a_satisfied_reuse_must_agree_with_the_claims_blocks() -> None:
+    stored = {"event": "block_stored", "block_id": 1, "block_hash": "h", "claim_id": "A", "position": 0}
+    removed = {"event": "block_removed", "block_id": 1, "block_hash": "h"}
+    prefix = (accepted("A", "best_effort", 1, 1), stored, materialized("A", 1))
+    assert judge(ndjson(*prefix, REUSE)).outcome == ACCEPTED
+    assert judge(ndjson(*prefix, removed, REUSE)).rule == "lifecycle"
