@@ -84,6 +84,7 @@ C15 Input: duplicate JSON keys, a bool where an integer is due, a float, a missi
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -117,7 +118,9 @@ class Violation(Exception):
 
 
 class BadInput(Exception):
-    """The input is not a trace (an `invalid` verdict)."""
+    """The input is not a trace (an `invalid` verdict); `line` says where, once known."""
+
+    line: int | None = None
 
 
 # --- the contract's facts -----------------------------------------------------------------
@@ -1071,22 +1074,36 @@ def judge(data: bytes) -> Verdict:
         usable, block_size = parse_header(_parse_line(lines[0]))
     except BadInput as error:
         return Verdict(INVALID, line=1, message=str(error))
-    oracle = Oracle(usable, block_size)
-    unknown: int | None = None
+    return drive(Oracle(usable, block_size), _parsed(lines))
+
+
+def _parsed(lines: list[bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
     previous: int | None = None
     for number, line in enumerate(lines[1:], start=2):
         try:
             event = parse_event(line, previous)
         except BadInput as error:
-            return Verdict(INVALID, line=number, message=str(error))
+            error.line = number
+            raise
         previous = event["seq"]
-        if event["event"] not in SCHEMA:
-            unknown = unknown or number
-            continue
-        try:
-            oracle.step(event)
-        except Violation as violation:
-            return Verdict(REJECTED, violation.rule, number, violation.message)
+        yield number, event
+
+
+def drive(oracle: Oracle, events: Iterable[tuple[int, dict[str, Any]]]) -> Verdict:
+    """Step `oracle` through `(line, event)` pairs to a verdict; a `BadInput` raised while the
+    pairs are produced (with its `line`) makes the trace invalid."""
+    unknown: int | None = None
+    try:
+        for number, event in events:
+            if event["event"] not in SCHEMA:
+                unknown = unknown or number
+                continue
+            try:
+                oracle.step(event)
+            except Violation as violation:
+                return Verdict(REJECTED, violation.rule, number, violation.message)
+    except BadInput as error:
+        return Verdict(INVALID, line=error.line, message=str(error))
     return conclude(oracle, unknown)
 
 

@@ -16,7 +16,7 @@ import json
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,15 +28,11 @@ from kvclaims.oracle.exhaustive import (
     refinement_checker_unshrunk,
 )
 from kvclaims.oracle.interpreter import (
-    INVALID,
     MODES,
-    REJECTED,
-    SCHEMA,
     BadInput,
     Oracle,
     Verdict,
-    Violation,
-    conclude,
+    drive,
     judge,
     parse_event,
     parse_header,
@@ -236,22 +232,19 @@ class PreparedHistory:
         oracle = self._snapshots[start // self.STRIDE].clone()
         for event in self.events[start : mutant.index]:
             oracle.step(event)
-        unknown: int | None = None
+        return drive(oracle, self._checked(mutant))
+
+    def _checked(self, mutant: Mutant) -> Iterator[tuple[int, dict[str, Any]]]:
+        """The mutant's events from its first change on; changed ones re-validated."""
         for index in range(mutant.index, len(mutant.events)):
-            event, line = mutant.events[index], index + 2
+            event = mutant.events[index]
             if self._shared(event) is None:
                 try:
                     event = parse_event(f'{{"seq": {index + 1}, {_text(event)[1:]}'.encode(), index)
                 except BadInput as error:
-                    return Verdict(INVALID, line=line, message=str(error))
-            if event["event"] not in SCHEMA:
-                unknown = unknown or line
-                continue
-            try:
-                oracle.step(event)
-            except Violation as violation:
-                return Verdict(REJECTED, violation.rule, line, violation.message)
-        return conclude(oracle, unknown)
+                    error.line = index + 2
+                    raise
+            yield index + 2, event
 
 
 def _text(event: dict[str, Any]) -> str:
