@@ -188,12 +188,16 @@ FULL_MENU: tuple[tuple[str, dict[str, Any]], ...] = (
 MENUS = {"core": CORE_MENU, "full": FULL_MENU}
 
 
+CLOSED = {"event": "trace_closed", "reason": "closed"}
+
+
 def encode(events: list[tuple[str, dict[str, Any]]]) -> bytes:
-    """Header + events as trace v1 NDJSON, seq 1, 2, ..."""
+    """Header + events + `trace_closed` as trace v1 NDJSON, seq 1, 2, ... (complete traces)."""
     lines = [json.dumps(HEADER)]
     lines += [
         json.dumps({"seq": seq, "event": name, **fields}) for seq, (name, fields) in enumerate(events, 1)
     ]
+    lines.append(json.dumps({"seq": len(events) + 1, **CLOSED}))
     return ("\n".join(lines) + "\n").encode()
 
 
@@ -253,9 +257,7 @@ def refinement_checker_unshrunk(data: bytes) -> CheckerVerdict:
     from kvclaims.refinement.sources import detect, open_source
 
     opener = lambda: io.BytesIO(data)  # noqa: E731
-    fmt = detect(opener)
-    if fmt is None:
-        return CheckerVerdict("invalid", None, "no format recognises line 1")
+    fmt, _ = detect(opener)  # unrecognised input is read as trace v1, whose reader says why
     return _checker_verdict(
         _Run("<bytes>", fmt, DEFAULT_BUDGET).check(lambda: open_source(opener(), fmt, registry=None))
     )

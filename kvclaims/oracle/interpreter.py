@@ -78,7 +78,10 @@ C13 Blocking claims of a capacity conflict must be preserving and reserve now (n
 C14 A trace with no event other than `fault_injected` is inconclusive (nothing to accept). An
     unknown event type makes an otherwise clean trace inconclusive.
 C15 Input: duplicate JSON keys, a bool where an integer is due, a float, a missing or mistyped
-    required field, a non-increasing seq: invalid.
+    required field, a block count or position past 2^24, a non-increasing seq: invalid. (A
+    misspelt unknown field, which trace-format.md makes invalid, is not modelled: unknown
+    fields are ignored.)
+C16 End of stream (trace-format.md): see `drive`.
 """
 
 from __future__ import annotations
@@ -250,12 +253,15 @@ class Block:
 # --- input ----------------------------------------------------------------------------------
 
 _ID, _TEXT, _NAT, _POS, _BOOL = "id", "text", "nat", "pos", "bool"
+_PREFIX, _PPREFIX = "prefix", "positive prefix"  # a count of, or position in, one prefix's blocks
+MAX_PREFIX_BLOCKS = 1 << 24  # trace-format.md: no prefix spans more blocks
+CLOSE_REASONS = ("closed", "engine_shutdown", "SIGTERM", "SIGINT", "atexit")
 _TERMS = {
     "claim_id": (_ID, True),
     "owner_scope": (_ID, True),
     "object_id": (_ID, True),
     "mode": ("mode", True),
-    "footprint_blocks": (_POS, True),
+    "footprint_blocks": (_PPREFIX, True),
     "predicate": ("predicate", True),
     "duration_steps": (_POS, False),
 }
@@ -265,7 +271,7 @@ _BLOCK = {
     "block_hash": (_TEXT, True),
     "cache_level": (_TEXT, False),
     "claim_id": (_ID, False),
-    "position": (_NAT, False),
+    "position": (_PREFIX, False),
 }
 _CONFLICT = {
     "request_id": (_ID, True),
@@ -280,21 +286,25 @@ SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
     "resident_claim_rejected": {**_CLAIM, "reason": (_TEXT, True)},
     "resident_claim_materialized": {
         **_CLAIM,
-        "leading_blocks": (_NAT, True),
+        "leading_blocks": (_PREFIX, True),
         "checkpoint": ("checkpoint", False),
     },
     "resident_claim_demoted": {**_CLAIM, "reason": (_TEXT, False)},
     "resident_claim_expired": {**_CLAIM, "reason": (_TEXT, False)},
     "resident_claim_released": {**_CLAIM, "reason": (_TEXT, False)},
-    "resident_claim_harmed": {**_CLAIM, "leading_blocks": (_NAT, True), "required_blocks": (_POS, True)},
-    "resident_claim_lost": {**_CLAIM, "leading_blocks": (_NAT, True)},
+    "resident_claim_harmed": {
+        **_CLAIM,
+        "leading_blocks": (_PREFIX, True),
+        "required_blocks": (_PPREFIX, True),
+    },
+    "resident_claim_lost": {**_CLAIM, "leading_blocks": (_PREFIX, True)},
     "resident_claim_offloaded": {**_CLAIM, "tier": (_ID, True)},
     "resident_claim_restore_required": {**_CLAIM, "request_id": (_ID, True)},
     "resident_claim_restored": {**_CLAIM, "request_id": (_ID, True)},
     "resident_claim_restoration_failed": {**_CLAIM, "request_id": (_ID, True), "outcome": ("outcome", True)},
     "resident_claim_checkpoint_restored": {
         **_CLAIM,
-        "boundary": (_NAT, True),
+        "boundary": (_PREFIX, True),
         "payload_hash": (_ID, True),
         "value_hash": (_ID, True),
     },
@@ -304,13 +314,14 @@ SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
     "request_reused": {
         "request_id": (_ID, True),
         "claim_id": (_ID, True),
-        "cached_blocks": (_NAT, True),
+        "cached_blocks": (_PREFIX, True),
         "predicate_satisfied": (_BOOL, True),
     },
     "request_finished": {"request_id": (_ID, True), "status": (_TEXT, True)},
     "block_stored": _BLOCK,
     "block_removed": _BLOCK,
     "fault_injected": {"kind": (_ID, True), "claim_id": (_ID, False), "request_id": (_ID, False)},
+    "trace_closed": {"reason": ("close_reason", True)},
 }
 
 
@@ -338,6 +349,10 @@ def _valid(kind: str, value: Any) -> bool:
         return _is_int(value) and value >= 1
     if kind == _BOOL:
         return type(value) is bool
+    if kind in (_PREFIX, _PPREFIX):
+        return _is_int(value) and (1 if kind == _PPREFIX else 0) <= value <= MAX_PREFIX_BLOCKS
+    if kind == "close_reason":
+        return value in CLOSE_REASONS
     if kind == "mode":
         return value in MODES
     if kind == "outcome":
@@ -350,7 +365,7 @@ def _valid(kind: str, value: Any) -> bool:
         return (
             type(value) is dict
             and set(value) == {"boundary", "payload_hash", "value_hash"}
-            and _valid(_NAT, value["boundary"])
+            and _valid(_PREFIX, value["boundary"])
             and _valid(_ID, value["payload_hash"])
             and _valid(_ID, value["value_hash"])
         )
@@ -362,7 +377,7 @@ def _valid(kind: str, value: Any) -> bool:
             return (
                 set(value) <= {"kind", "blocks", "tokens"}
                 and len(units) == 1
-                and _valid(_POS, value[units[0]])
+                and _valid(_PPREFIX if units == ["blocks"] else _POS, value[units[0]])
             )
         if value.get("kind") == "hybrid_two_key":
             return (
@@ -561,7 +576,7 @@ class Oracle:
 
     def step(self, event: dict[str, Any]) -> None:
         name = event["event"]
-        if name != "fault_injected":
+        if name not in ("fault_injected", "trace_closed"):
             self.steps += 1
         getattr(self, "_" + name)(event)
 
@@ -1041,6 +1056,9 @@ class Oracle:
     def _fault_injected(self, event: dict[str, Any]) -> None:
         """Context for a counterexample, not a model step."""
 
+    def _trace_closed(self, event: dict[str, Any]) -> None:
+        """The writer ended the trace cleanly (`drive` checks that nothing follows)."""
+
 
 # --- driving ------------------------------------------------------------------------------------
 
@@ -1091,19 +1109,33 @@ def _parsed(lines: list[bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
 
 def drive(oracle: Oracle, events: Iterable[tuple[int, dict[str, Any]]]) -> Verdict:
     """Step `oracle` through `(line, event)` pairs to a verdict; a `BadInput` raised while the
-    pairs are produced (with its `line`) makes the trace invalid."""
+    pairs are produced (with its `line`) makes the trace invalid. C16 (trace-format.md): a
+    trace is complete only when it ends with `trace_closed`; a line after it is invalid; an
+    unclosed trace that broke no rule on the way is inconclusive (truncated); a rule broken
+    after an unknown event type is inconclusive too (the unknown event may explain it)."""
     unknown: int | None = None
+    closed: int | None = None
     try:
         for number, event in events:
+            if closed is not None:
+                return Verdict(INVALID, line=number, message=f"a line follows trace_closed (line {closed})")
             if event["event"] not in SCHEMA:
                 unknown = unknown or number
                 continue
+            if event["event"] == "trace_closed":
+                closed = number
             try:
                 oracle.step(event)
             except Violation as violation:
+                if unknown is not None:
+                    return Verdict(
+                        INCONCLUSIVE, line=unknown, message="unknown event type before a violation"
+                    )
                 return Verdict(REJECTED, violation.rule, number, violation.message)
     except BadInput as error:
         return Verdict(INVALID, line=error.line, message=str(error))
+    if closed is None:
+        return Verdict(INCONCLUSIVE, message="truncated: the trace does not end with trace_closed")
     return conclude(oracle, unknown)
 
 
@@ -1112,6 +1144,8 @@ def conclude(oracle: Oracle, unknown_line: int | None = None) -> Verdict:
     try:
         oracle.finish()
     except Violation as violation:
+        if unknown_line is not None:
+            return Verdict(INCONCLUSIVE, line=unknown_line, message="unknown event type before a violation")
         return Verdict(REJECTED, violation.rule, 0, violation.message)
     if unknown_line is not None:
         return Verdict(INCONCLUSIVE, line=unknown_line, message="unknown event type")

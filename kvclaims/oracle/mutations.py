@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvclaims.oracle.exhaustive import (
+    CLOSED,
     CheckerVerdict,
     Disagreement,
     classify,
@@ -172,7 +173,7 @@ def microruntime_history(seed: int, operations: int = 150) -> History:
     events: list[dict[str, Any]] = []
     runtime = MicroRuntime(shape.usable_blocks, sink=events.append)
     apply(runtime, generate(shape))
-    return dict(runtime.header), [dict(event) for event in events]
+    return dict(runtime.header), [*(dict(event) for event in events), dict(CLOSED)]
 
 
 SOURCES: dict[str, Callable[[int], History]] = {

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from kvclaims.oracle.exhaustive import Disagreement, classify
+from kvclaims.oracle.exhaustive import CLOSED, Disagreement, classify
 
 KNOWN_FILE = Path(__file__).parent / "data" / "known_disagreements.yaml"
 
@@ -20,6 +20,7 @@ def load_known() -> list[dict[str, Any]]:
 
 def example_bytes(entry: dict[str, Any], header: dict[str, Any]) -> bytes:
     events = [json.loads(line) for line in entry["trace"]]
+    events.append(CLOSED)
     lines = [json.dumps(header)] + [json.dumps({"seq": i, **event}) for i, event in enumerate(events, 1)]
     return ("\n".join(lines) + "\n").encode()
 

@@ -69,8 +69,8 @@ class _Collect:
 
 def as_trace_v1(path: Path) -> bytes:
     opener = lambda: path.open("rb")  # noqa: E731
-    fmt = detect(opener)
-    assert fmt is not None
+    fmt, recognised = detect(opener)
+    assert recognised
     sink = _Collect()
     with opener() as raw:
         source = open_source(raw, fmt, registry=None)
@@ -80,7 +80,8 @@ def as_trace_v1(path: Path) -> bytes:
         "usable_blocks": source.header.usable_blocks,
         "block_size": source.header.block_size,
     }
-    lines = [header] + [{**event, "seq": seq} for seq, event in enumerate(sink.lines, 1)]
+    closed = {"event": "trace_closed", "reason": "closed"}  # a seed lane's end is its own
+    lines = [header] + [{**event, "seq": seq} for seq, event in enumerate([*sink.lines, closed], 1)]
     return ("\n".join(json.dumps(line) for line in lines) + "\n").encode()
 
 

@@ -15,7 +15,8 @@ from kvclaims.refinement.testing import TraceBuilder, generate_valid_trace
 
 def ndjson(*events: dict, usable: int | None = 80) -> bytes:
     header = {"kvclaims_trace": 1, "usable_blocks": usable, "block_size": 16}
-    lines = [json.dumps(header)] + [json.dumps({"seq": i, **e}) for i, e in enumerate(events, 1)]
+    closed = {"event": "trace_closed", "reason": "closed"}
+    lines = [json.dumps(header)] + [json.dumps({"seq": i, **e}) for i, e in enumerate((*events, closed), 1)]
     return ("\n".join(lines) + "\n").encode()
 
 
@@ -142,7 +143,8 @@ def test_malformed_lines_are_invalid(line: bytes) -> None:
 
 
 def test_absurd_sizes_give_a_verdict_without_an_allocation_sized_by_them() -> None:
-    huge = 2**62
+    assert judge(ndjson(accepted("A", "hard_protected", 2**62, 2**62), usable=None)).outcome == INVALID
+    huge = 2**24  # the largest prefix trace-format.md allows
     trace = ndjson(accepted("A", "hard_protected", huge, huge), materialized("A", huge), usable=None)
     assert judge(trace).outcome == ACCEPTED
     removed = {"event": "block_removed", "block_id": 1, "block_hash": "h", "claim_id": "A", "position": 5}
@@ -224,3 +226,13 @@ def test_a_satisfied_reuse_must_agree_with_the_claims_blocks() -> None:
     prefix = (accepted("A", "best_effort", 1, 1), stored, materialized("A", 1))
     assert judge(ndjson(*prefix, REUSE)).outcome == ACCEPTED
     assert judge(ndjson(*prefix, removed, REUSE)).rule == "lifecycle"
+
+
+def test_an_unclosed_trace_is_truncated_and_a_line_after_the_close_is_invalid() -> None:
+    header = b'{"kvclaims_trace": 1, "usable_blocks": 8}\n'
+    finish = b'{"seq": 1, "event": "request_finished", "request_id": "r", "status": "s"}\n'
+    closed = b'{"seq": 2, "event": "trace_closed", "reason": "closed"}\n'
+    assert judge(header + finish + closed).outcome == ACCEPTED
+    assert judge(header + finish).outcome == INCONCLUSIVE
+    after = b'{"seq": 3, "event": "request_finished", "request_id": "q", "status": "s"}\n'
+    assert judge(header + finish + closed + after).outcome == INVALID
