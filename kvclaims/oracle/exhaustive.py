@@ -56,7 +56,7 @@ HARD1 = _terms("c1", "hard_protected", 2, _blocks(2))
 BEST1 = _terms("c1", "best_effort", 2, _blocks(2))
 OFF2 = _terms("c2", "offloadable", 2, _blocks(1))
 TWOKEY2 = _terms("c2", "offloadable", 2, {"kind": "hybrid_two_key", "boundary_blocks": 1})
-EXPIRING2 = _terms("c2", "expiring", 1, _blocks(1), duration_steps=2, step=0)
+EXPIRING2 = _terms("c2", "expiring", 1, _blocks(1), duration_steps=2, engine_step=0)
 CHECKPOINT = {"boundary": 1, "payload_hash": "pa", "value_hash": "va"}
 
 
@@ -144,8 +144,8 @@ FULL_MENU: tuple[tuple[str, dict[str, Any]], ...] = (
     ("resident_claim_materialized", {"claim_id": "c2", "leading_blocks": 1}),
     ("resident_claim_released", {"claim_id": "c1"}),
     ("resident_claim_demoted", {"claim_id": "c2"}),
-    ("resident_claim_expired", {"claim_id": "c2", "step": 1}),
-    ("resident_claim_expired", {"claim_id": "c2", "step": 2}),
+    ("resident_claim_expired", {"claim_id": "c2", "engine_step": 1}),
+    ("resident_claim_expired", {"claim_id": "c2", "engine_step": 2}),
     ("resident_claim_harmed", {"claim_id": "c1", "leading_blocks": 1, "required_blocks": 2}),
     ("resident_claim_harmed", {"claim_id": "c2", "leading_blocks": 0, "required_blocks": 1}),
     ("resident_claim_restore_required", {"claim_id": "c1", "request_id": "r1"}),

@@ -27,8 +27,8 @@ C2  Capacity proofs are checked against that state: every blocking claim reserve
     becomes the pool; an admission while something is reserved and no pool is known is
     undecidable (inconclusive). A capacity *deferral*, like a refusal, needs a positive
     shortfall: if the request fits there is no capacity conflict to report.
-C3  Time (class 2): trace v1 carries no step clock, so the oracle reads an optional integer `step`
-    field of the accepting and the expiring event (the MicroRuntime's clock). Expiry with both
+C3  Time (class 2): the step clock is the optional integer `engine_step` field of the accepting
+    and the expiring event (the runtime's own context field, trace-format.md). Expiry with both
     known and fewer than duration_steps apart is a lifecycle violation; expiry of a claim with a
     duration and no clock on either event is undecidable (inconclusive). This covers
     `restoration_failed` with outcome `expiry` too.
@@ -561,7 +561,7 @@ class Oracle:
         """C3: expiry before duration_steps have passed is a violation (class 2)."""
         if claim.duration is None:
             return
-        step = event.get("step")
+        step = event.get("engine_step")
         if claim.accepted_step is None or not _is_int(step):
             self._undecidable(f"{claim.claim_id}: expiry of a {claim.duration}-step claim with no step clock")
             return
@@ -645,7 +645,7 @@ class Oracle:
             raise Violation(IDENTITY, f"{claim_id}: accepted terms differ from the submitted ones")
         claim = Claim(claim_id, "accepted", terms)
         self._set_terms(claim, event)
-        step = event.get("step")
+        step = event.get("engine_step")
         claim.accepted_step = step if _is_int(step) else None
         self.claims[claim_id] = claim
 
@@ -951,7 +951,8 @@ class Oracle:
                 )
             if claim.phase in ("offloaded", "restoring"):  # rule 5: restore before reuse
                 raise Violation(OFFLOAD_ORDER, f"satisfied reuse of {claim.claim_id} before it was restored")
-            if claim.phase not in ("materialized", *SETTLED):
+            shown = claim.phase == "accepted" and claim.tracked and claim.holds()  # class 4
+            if claim.phase not in ("materialized", *SETTLED) and not shown:
                 raise Violation(LIFECYCLE, f"satisfied reuse of {claim.claim_id} while {claim.phase}")
             if claim.required is not None and event["cached_blocks"] < claim.required:
                 raise Violation(

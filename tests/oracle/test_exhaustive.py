@@ -11,8 +11,8 @@ from kvclaims.oracle.exhaustive import HEADER, explore, refinement_checker
 from kvclaims.oracle.interpreter import judge
 
 CI_LENGTH = 4
-CI_STATES = 650
-CI_TRACES = 5597
+CI_STATES = 658
+CI_TRACES = 5626
 
 
 @pytest.fixture(scope="module")

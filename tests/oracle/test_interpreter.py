@@ -84,9 +84,9 @@ def test_class_1_admission_that_overcommits_the_pool_is_rejected_and_one_that_fi
 
 
 def test_class_2_expiry_before_the_promised_duration_is_rejected() -> None:
-    claim = accepted("A", "expiring", 2, 2, duration_steps=5, step=10)
-    early = {"event": "resident_claim_expired", "claim_id": "A", "step": 14}
-    on_time = {"event": "resident_claim_expired", "claim_id": "A", "step": 15}
+    claim = accepted("A", "expiring", 2, 2, duration_steps=5, engine_step=10)
+    early = {"event": "resident_claim_expired", "claim_id": "A", "engine_step": 14}
+    on_time = {"event": "resident_claim_expired", "claim_id": "A", "engine_step": 15}
     no_clock = {"event": "resident_claim_expired", "claim_id": "A"}
     assert judge(ndjson(claim, early)).rule == "lifecycle"
     assert judge(ndjson(claim, on_time)).outcome == ACCEPTED
