@@ -1,0 +1,1157 @@
+"""A brute-force reference interpreter of kvclaims trace v1: the oracle that checks the checker.
+
+It is written from DESIGN section 4 (rules 1-7), seeds 000/001/002 and issue 12's rule classes
+1-7 and 10-14, and shares no deciding code with `kvclaims.refinement` or
+`kvclaims.statemachine`: it parses JSON itself, keeps a dict of claims, a dict of blocks and a
+dict of requests, and decides every event with an explicit if-chain. Clarity over speed.
+
+    verdict = judge(ndjson_bytes)          # Verdict(outcome, rule, line, message)
+
+Outcomes: `accepted`, `rejected` (with the rule: the names of DESIGN 4's seven rules),
+`inconclusive` (nothing violated, but something could not be decided), `invalid` (not a trace).
+
+Where the spec is silent the oracle takes the conservative (fail-closed) reading. Its choices:
+
+C1  Pool reservation (issue 12 class 1, seed 001 s. 3.4). A claim *reserves* the device blocks
+    it holds while it is preserving and in `accepted` or `materialized` (an offloaded or
+    restoring claim's blocks are in another tier; seed 001's protected term is the materialized
+    60 blocks, not a promise). Blocks are counted once however many claims share them. At every
+    `active_request_admitted`, reserved + the live blocks of every admitted, unfinished request
+    must be <= usable_blocks. A request's live blocks count from its admission until
+    `request_finished` (a refusal or deferral does not free them; a re-admission replaces them).
+C2  Capacity proofs are checked against that state: every blocking claim reserves now; the
+    device blocks the blocking claims hold <= protected_resident_blocks <= the footprints of all
+    reserving claims (a runtime may reserve a footprint at acceptance, seed 001 table 5
+    "resident reserve") and <= usable_blocks (nothing protects more than the pool); the
+    proof's usable_blocks is the pool's. Without a header pool the first proof's usable_blocks
+    becomes the pool; an admission while something is reserved and no pool is known is
+    undecidable (inconclusive). A capacity *deferral*, like a refusal, needs a positive
+    shortfall: if the request fits there is no capacity conflict to report.
+C3  Time (class 2): the step clock is the optional integer `engine_step` field of the accepting
+    and the expiring event (the runtime's own context field, trace-format.md). Expiry with both
+    known and fewer than duration_steps apart is a lifecycle violation; expiry of a claim with a
+    duration and no clock on either event is undecidable (inconclusive). This covers
+    `restoration_failed` with outcome `expiry` too.
+C4  Block identity (class 3): a device block is (block_id, block_hash). Storing a different hash
+    into a held id, and removing a block id, takes that position from *every* claim that held it.
+    A removal whose hash differs from the stored one, or that names a (claim, position) the block
+    was not stored for, is an identity violation. Blocks in a tier other than gpu/device are
+    ignored. A block event naming a claim that was never submitted is post-hoc naming (identity);
+    one naming a submitted or rejected claim is not tracked (no responsibility).
+C5  Harm from blocks (class 4): a preserving claim *held* its predicate once a `materialized`
+    report or its own blocks showed it while responsible; a later fall below it owes
+    `resident_claim_harmed` before any other event naming the claim (block events excepted) and
+    before the end. A claim materialized without block events is assumed to hold the leading
+    blocks it reported; later stores only add positions (a partial store never resets a
+    reported prefix). A `materialized` report larger than what the claim's own tracked blocks
+    show must be confirmed by its blocks before any other event names the claim and before the
+    end (the seed's own BlockPool traces report materialization just before the last block's
+    store; an immediate rule rejected them).
+C6  Restores (class 5): a one-key `restored` of a claim whose blocks are tracked needs those
+    blocks to show the predicate again. A two-key claim is restored only when both keys arrived
+    (a `restored` for the KV side and a `checkpoint_restored` whose boundary and value_hash equal
+    the materialization checkpoint), in either order; a mismatching checkpoint owes a
+    restoration failure (before the end and before anything else names the claim).
+C7  Terms (class 6): trace v1 has no `conditionally_accepted` event, so accepted terms (owner,
+    object, mode, footprint, predicate, duration) must equal the submitted ones (identity).
+C8  Lost/harmed agree with blocks (class 7): `harmed` needs leading < required == the claim's
+    required; `lost` needs leading < required (also after release); when the claim's blocks are
+    tracked the reported leading_blocks must equal what they show, and a harm report while they
+    still show the predicate is a violation. `lost` of a responsible preserving claim is silent
+    harm. Harm of a claim that never held is a lifecycle violation. A satisfied reuse of a
+    responsible claim whose tracked blocks no longer show its predicate is a lifecycle
+    violation (after release it is ordinary cache behaviour, DESIGN appendix).
+C9  Offload (class 10, seed 001 table 3, seed 000 s. 3): legal for offloadable and hard_protected
+    claims whose predicate held; not for other modes.
+C10 Restoration-failure deferral (class 11): a `restoration_failed` with outcome refusal owes the
+    request a fail-closed active outcome naming exactly that claim; a refusal or a deferral with
+    reason `restoration_failed` discharges it. After such a deferral the request may be refused,
+    admitted or finished; it may never report a satisfied reuse of that claim.
+C11 Pending restores (class 12): demotion, expiry, release or harm of a claim cancels its pending
+    restores, so the waiting request may finish.
+C12 Requests (class 14): `request_finished` of a request never seen (a client abort before it
+    reached the pool) is accepted and retires the id; a reuse needs an absent or admitted request
+    (a deferred request is admitted before it is served from cache); a capacity refusal comes
+    from an absent or deferred request; an admitted request is deferred first.
+C13 Blocking claims of a capacity conflict must be preserving and reserve now (not offloaded,
+    restoring, settled or owing harm); rule 4's "accepted, unreleased" read strictly.
+C14 A trace with no event other than `fault_injected` is inconclusive (nothing to accept). An
+    unknown event type makes an otherwise clean trace inconclusive.
+C15 Input: duplicate JSON keys, a bool where an integer is due, a float, a missing or mistyped
+    required field, a block count or position past 2^24, a non-increasing seq: invalid. (A
+    misspelt unknown field, which trace-format.md makes invalid, is not modelled: unknown
+    fields are ignored.)
+C16 End of stream (trace-format.md): see `drive`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+# --- verdicts -----------------------------------------------------------------------------
+
+ACCEPTED, REJECTED, INCONCLUSIVE, INVALID = "accepted", "rejected", "inconclusive", "invalid"
+
+# The rule names of DESIGN 4 (the same strings the checker's counterexamples carry).
+IDENTITY = "identity"  # rule 1
+LIFECYCLE = "lifecycle"  # rule 2
+CAPACITY = "capacity_arithmetic"  # rule 3 (+ class 1: proofs against the state, overcommit)
+ATTRIBUTION = "attribution"  # rule 4
+OFFLOAD_ORDER = "offload_order"  # rule 5
+NO_SILENT_HARM = "no_silent_harm"  # rule 6
+TWO_KEY = "hybrid_two_key"  # rule 7
+
+
+@dataclass(frozen=True)
+class Verdict:
+    outcome: str
+    rule: str | None = None
+    line: int | None = None
+    message: str = ""
+
+
+class Violation(Exception):
+    def __init__(self, rule: str, message: str) -> None:
+        super().__init__(message)
+        self.rule = rule
+        self.message = message
+
+
+class BadInput(Exception):
+    """The input is not a trace (an `invalid` verdict); `line` says where, once known."""
+
+    line: int | None = None
+
+
+# --- the contract's facts -----------------------------------------------------------------
+
+MODES = (
+    "best_effort",
+    "soft_priority",
+    "hard_protected",
+    "demotable",
+    "expiring",
+    "offloadable",
+    "routed_reuse",
+)
+# Seed 001 table 4 / DESIGN 2.2: modes whose accepted claims carry a preservation obligation.
+PRESERVING = frozenset({"hard_protected", "demotable", "expiring", "offloadable"})
+# Seed 001 table 3 (hard_protected: "... offload ...") and seed 000 s. 3 (offloadable).
+MAY_OFFLOAD = frozenset({"hard_protected", "offloadable"})
+DEVICE_TIERS = frozenset({"gpu", "device"})
+OUTCOMES = ("refusal", "demotion", "expiry", "harm")
+REASONS = ("capacity", "restoration_failed")
+PROOF = (
+    "protected_resident_blocks",
+    "active_live_blocks_required",
+    "resident_plus_active_blocks",
+    "usable_blocks",
+    "capacity_shortfall_blocks",
+)
+
+# Claim phases. RESPONSIBLE: the runtime holds the predicate; SETTLED: responsibility ended.
+RESPONSIBLE = frozenset({"accepted", "materialized", "offloaded", "restoring"})
+SETTLED = frozenset({"demoted", "expired", "released"})
+RESERVING = frozenset({"accepted", "materialized"})  # choice C1
+
+
+@dataclass
+class Claim:
+    claim_id: str
+    phase: str  # submitted accepted rejected materialized offloaded restoring demoted expired released harmed
+    terms: tuple[Any, ...]  # (owner, object, mode, footprint, predicate-json, duration)
+    mode: str = ""
+    footprint: int = 0
+    required: int | None = None  # leading blocks the predicate needs (None: undecidable)
+    two_key: bool = False
+    duration: int | None = None
+    accepted_step: int | None = None
+    checkpoint: tuple[int, str] | None = None  # (boundary, value_hash) recorded at materialization
+    positions: dict[int, int] = field(default_factory=dict)  # position -> block id, as stored
+    assumed: int = 0  # C5: leading blocks reported materialized in blocks the trace never named
+    gone: set[int] = field(default_factory=set)  # assumed positions removed since
+    tracked: bool = False  # block events with this claim's id and a position were seen
+    held: bool = False  # the predicate was shown to hold while responsible (C5)
+    unconfirmed: int = 0  # leading blocks a materialized report claimed and blocks have not shown
+    owes_harm: bool = False
+    mismatch: bool = False  # a two-key checkpoint mismatch owes a restoration failure
+    kv_back: bool = False  # two-key: the KV side of a restore arrived
+    value_back: bool = False  # two-key: the matching checkpoint arrived
+    pending: set[str] = field(default_factory=set)  # requests with a restore_required outstanding
+
+    def present(self, position: int) -> bool:
+        return position in self.positions or (position < self.assumed and position not in self.gone)
+
+    def leading(self) -> int:
+        """Leading contiguous blocks present (block i counts only if 0..i-1 do, seed 001 L6).
+        Jumps over the assumed range, so the work is bounded by the events seen, never by a
+        number in the input."""
+        count = 0
+        while True:
+            if count in self.positions:
+                count += 1
+            elif count < self.assumed and count not in self.gone:
+                count = min([g for g in self.gone if g > count] + [self.assumed])
+            else:
+                return count
+
+    def holds(self) -> bool:
+        return self.required is not None and self.leading() >= self.required
+
+    def copy(self) -> Claim:
+        return replace(self, positions=dict(self.positions), gone=set(self.gone), pending=set(self.pending))
+
+    def key(self) -> tuple[Any, ...]:
+        """Everything that decides the future of the trace (mode, footprint and duration are
+        inside `terms`)."""
+        return (
+            self.claim_id,
+            self.phase,
+            self.terms,
+            self.required,
+            self.accepted_step,
+            self.checkpoint,
+            tuple(sorted(self.positions.items())),
+            self.assumed,
+            tuple(sorted(self.gone)),
+            (self.tracked, self.held, self.unconfirmed, self.owes_harm, self.mismatch),
+            (self.kv_back, self.value_back),
+            tuple(sorted(self.pending)),
+        )
+
+
+@dataclass
+class Request:
+    phase: str  # admitted deferred refused finished
+    live: int = 0  # blocks held live since its admission (C1)
+    owes_refusal: str | None = None  # claim whose failed restoration owes a fail-closed outcome
+    failed: set[str] = field(default_factory=set)  # claims whose restoration failed for it
+    discharged: set[str] = field(default_factory=set)  # failures already answered by refusal/deferral
+
+    def copy(self) -> Request:
+        return Request(self.phase, self.live, self.owes_refusal, set(self.failed), set(self.discharged))
+
+    def key(self) -> tuple[Any, ...]:
+        return (
+            self.phase,
+            self.live,
+            self.owes_refusal,
+            tuple(sorted(self.failed)),
+            tuple(sorted(self.discharged)),
+        )
+
+
+@dataclass
+class Block:
+    block_hash: str
+    holders: set[tuple[str, int]] = field(default_factory=set)  # (claim id, position)
+
+
+# --- input ----------------------------------------------------------------------------------
+
+_ID, _TEXT, _NAT, _POS, _BOOL = "id", "text", "nat", "pos", "bool"
+_PREFIX, _PPREFIX = "prefix", "positive prefix"  # a count of, or position in, one prefix's blocks
+MAX_PREFIX_BLOCKS = 1 << 24  # trace-format.md: no prefix spans more blocks
+CLOSE_REASONS = ("closed", "engine_shutdown", "SIGTERM", "SIGINT", "atexit")
+_TERMS = {
+    "claim_id": (_ID, True),
+    "owner_scope": (_ID, True),
+    "object_id": (_ID, True),
+    "mode": ("mode", True),
+    "footprint_blocks": (_PPREFIX, True),
+    "predicate": ("predicate", True),
+    "duration_steps": (_POS, False),
+}
+_CLAIM = {"claim_id": (_ID, True)}
+_BLOCK = {
+    "block_id": (_NAT, True),
+    "block_hash": (_TEXT, True),
+    "cache_level": (_TEXT, False),
+    "claim_id": (_ID, False),
+    "position": (_PREFIX, False),
+}
+_CONFLICT = {
+    "request_id": (_ID, True),
+    "reason": ("reason", True),
+    "blocking_claim_ids": ("ids", True),
+    **{name: (_NAT, False) for name in PROOF},
+}
+# Every event of trace v1 (DESIGN 3) and its own fields: (kind, required).
+SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
+    "resident_claim_submitted": _TERMS,
+    "resident_claim_accepted": _TERMS,
+    "resident_claim_rejected": {**_CLAIM, "reason": (_TEXT, True)},
+    "resident_claim_materialized": {
+        **_CLAIM,
+        "leading_blocks": (_PREFIX, True),
+        "checkpoint": ("checkpoint", False),
+    },
+    "resident_claim_demoted": {**_CLAIM, "reason": (_TEXT, False)},
+    "resident_claim_expired": {**_CLAIM, "reason": (_TEXT, False)},
+    "resident_claim_released": {**_CLAIM, "reason": (_TEXT, False)},
+    "resident_claim_harmed": {
+        **_CLAIM,
+        "leading_blocks": (_PREFIX, True),
+        "required_blocks": (_PPREFIX, True),
+    },
+    "resident_claim_lost": {**_CLAIM, "leading_blocks": (_PREFIX, True)},
+    "resident_claim_offloaded": {**_CLAIM, "tier": (_ID, True)},
+    "resident_claim_restore_required": {**_CLAIM, "request_id": (_ID, True)},
+    "resident_claim_restored": {**_CLAIM, "request_id": (_ID, True)},
+    "resident_claim_restoration_failed": {**_CLAIM, "request_id": (_ID, True), "outcome": ("outcome", True)},
+    "resident_claim_checkpoint_restored": {
+        **_CLAIM,
+        "boundary": (_PREFIX, True),
+        "payload_hash": (_ID, True),
+        "value_hash": (_ID, True),
+    },
+    "active_request_admitted": {"request_id": (_ID, True), "active_live_blocks": (_NAT, True)},
+    "active_request_deferred": _CONFLICT,
+    "active_request_refused": _CONFLICT,
+    "request_reused": {
+        "request_id": (_ID, True),
+        "claim_id": (_ID, True),
+        "cached_blocks": (_PREFIX, True),
+        "predicate_satisfied": (_BOOL, True),
+    },
+    "request_finished": {"request_id": (_ID, True), "status": (_TEXT, True)},
+    "block_stored": _BLOCK,
+    "block_removed": _BLOCK,
+    "fault_injected": {"kind": (_ID, True), "claim_id": (_ID, False), "request_id": (_ID, False)},
+    "trace_closed": {"reason": ("close_reason", True)},
+}
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise BadInput(f"duplicate key {key!r}")  # C15
+        result[key] = value
+    return result
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int  # not bool, not float (C15)
+
+
+def _valid(kind: str, value: Any) -> bool:
+    if kind == _ID:
+        return type(value) is str and 1 <= len(value) <= 256
+    if kind == _TEXT:
+        return type(value) is str
+    if kind == _NAT:
+        return _is_int(value) and value >= 0
+    if kind == _POS:
+        return _is_int(value) and value >= 1
+    if kind == _BOOL:
+        return type(value) is bool
+    if kind in (_PREFIX, _PPREFIX):
+        return _is_int(value) and (1 if kind == _PPREFIX else 0) <= value <= MAX_PREFIX_BLOCKS
+    if kind == "close_reason":
+        return value in CLOSE_REASONS
+    if kind == "mode":
+        return value in MODES
+    if kind == "outcome":
+        return value in OUTCOMES
+    if kind == "reason":
+        return value in REASONS
+    if kind == "ids":
+        return type(value) is list and all(_valid(_ID, item) for item in value)
+    if kind == "checkpoint":
+        return (
+            type(value) is dict
+            and set(value) == {"boundary", "payload_hash", "value_hash"}
+            and _valid(_PREFIX, value["boundary"])
+            and _valid(_ID, value["payload_hash"])
+            and _valid(_ID, value["value_hash"])
+        )
+    if kind == "predicate":
+        if type(value) is not dict:
+            return False
+        if value.get("kind") == "leading_prefix_at_least":
+            units = [name for name in ("blocks", "tokens") if name in value]
+            return (
+                set(value) <= {"kind", "blocks", "tokens"}
+                and len(units) == 1
+                and _valid(_PPREFIX if units == ["blocks"] else _POS, value[units[0]])
+            )
+        if value.get("kind") == "hybrid_two_key":
+            return (
+                set(value) <= {"kind", "boundary_blocks", "checkpoint_key"}
+                and _valid(_POS, value.get("boundary_blocks"))
+                and ("checkpoint_key" not in value or _valid(_ID, value["checkpoint_key"]))
+            )
+        return False
+    raise AssertionError(kind)
+
+
+def _check_fields(event: dict[str, Any], schema: dict[str, tuple[str, bool]]) -> None:
+    for name, (kind, required) in schema.items():
+        value = event.get(name)
+        if value is None:
+            if required:
+                raise BadInput(f"missing field {name!r}")
+            continue
+        if not _valid(kind, value):
+            raise BadInput(f"field {name!r} has a wrong value {value!r}")
+
+
+def _parse_line(text: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(text, object_pairs_hook=_no_duplicates)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise BadInput(f"not JSON: {error}") from None
+    if type(value) is not dict:
+        raise BadInput("a line is not a JSON object")
+    return value
+
+
+def parse_header(header: dict[str, Any]) -> tuple[int | None, int | None]:
+    if not _is_int(header.get("kvclaims_trace")) or header["kvclaims_trace"] != 1:
+        raise BadInput("line 1 is not a kvclaims trace v1 header")
+    usable, block_size = header.get("usable_blocks"), header.get("block_size")
+    if usable is not None and not _valid(_NAT, usable):
+        raise BadInput("header usable_blocks is not a non-negative integer")
+    if block_size is not None and not _valid(_POS, block_size):
+        raise BadInput("header block_size is not a positive integer")
+    for name in ("source",):
+        if header.get(name) is not None and type(header[name]) is not str:
+            raise BadInput(f"header {name} is not a string")
+    if header.get("cache_identity") is not None and type(header["cache_identity"]) is not dict:
+        raise BadInput("header cache_identity is not an object")
+    return usable, block_size
+
+
+# --- the interpreter ---------------------------------------------------------------------------
+
+
+class Oracle:
+    """The abstract state of one trace and `step(event)`; `finish()` says what is owed at the end."""
+
+    def __init__(self, usable: int | None, block_size: int | None) -> None:
+        self.pool = usable  # the pool the proofs refer to (C2)
+        self.header_pool = usable
+        self.block_size = block_size
+        self.claims: dict[str, Claim] = {}
+        self.blocks: dict[int, Block] = {}
+        self.requests: dict[str, Request] = {}
+        self.undecided: str | None = None  # why the trace cannot be accepted (inconclusive)
+        self.steps = 0  # events that are model steps (everything but fault_injected)
+
+    # -- cloning and the abstract state (for the exhaustive search) --
+
+    def clone(self) -> Oracle:
+        other = Oracle.__new__(Oracle)
+        other.pool, other.header_pool, other.block_size = self.pool, self.header_pool, self.block_size
+        other.claims = {k: c.copy() for k, c in self.claims.items()}
+        other.blocks = {k: Block(b.block_hash, set(b.holders)) for k, b in self.blocks.items()}
+        other.requests = {k: r.copy() for k, r in self.requests.items()}
+        other.undecided, other.steps = self.undecided, self.steps
+        return other
+
+    def key(self) -> tuple[Any, ...]:
+        return (
+            self.pool,
+            tuple(c.key() for _, c in sorted(self.claims.items())),
+            tuple((k, b.block_hash, tuple(sorted(b.holders))) for k, b in sorted(self.blocks.items())),
+            tuple((k, r.key()) for k, r in sorted(self.requests.items())),
+            self.undecided,
+            self.steps > 0,
+        )
+
+    # -- helpers --
+
+    def _undecidable(self, why: str) -> None:
+        if self.undecided is None:
+            self.undecided = why
+
+    def _accepted_claim(self, claim_id: str) -> Claim:
+        """Rule 1: every claim event names a claim accepted earlier in the trace."""
+        claim = self.claims.get(claim_id)
+        if claim is None or claim.phase in ("submitted", "rejected"):
+            state = "never submitted" if claim is None else claim.phase
+            raise Violation(IDENTITY, f"{claim_id} was never accepted ({state})")
+        return claim
+
+    def _subject(self, event: dict[str, Any]) -> Claim:
+        """The accepted claim a claim event is about, owing nothing that must come first."""
+        claim = self._accepted_claim(event["claim_id"])
+        self._named(claim, event["event"])
+        return claim
+
+    def _named(self, claim: Claim, event: str) -> None:
+        """C5/C6: a claim that owes harm (or a two-key failure) must report it before anything
+        else names it (DESIGN rule 6, seed 002)."""
+        self._confirmed(claim)
+        if claim.owes_harm and event != "resident_claim_harmed":
+            raise Violation(
+                NO_SILENT_HARM, f"{claim.claim_id} fell below its predicate; harm must come first"
+            )
+        if claim.mismatch and event not in ("resident_claim_restoration_failed", "resident_claim_harmed"):
+            raise Violation(
+                TWO_KEY, f"{claim.claim_id}: checkpoint mismatch must end in a restoration failure"
+            )
+
+    @staticmethod
+    def _confirmed(claim: Claim) -> None:
+        """C5: a materialized report its blocks had not shown must be confirmed by now."""
+        if claim.unconfirmed:
+            raise Violation(LIFECYCLE, f"{claim.claim_id}: materialized report never confirmed by its blocks")
+
+    def _request(self, request_id: str) -> Request | None:
+        return self.requests.get(request_id)
+
+    def _reserving(self) -> list[Claim]:
+        return [c for c in self.claims.values() if c.mode in PRESERVING and c.phase in RESERVING]
+
+    @staticmethod
+    def _held(claims: list[Claim]) -> int:
+        """C1: distinct device blocks the claims hold (a block shared by two claims once; an
+        assumed position, in a block the trace never named, as its own block)."""
+        block_ids: set[int] = set()
+        assumed = 0
+        for claim in claims:
+            block_ids.update(claim.positions.values())
+            hidden = sum(1 for p in claim.gone if p < claim.assumed) + sum(
+                1 for p in claim.positions if p < claim.assumed
+            )
+            assumed += claim.assumed - hidden
+        return len(block_ids) + assumed
+
+    def _live(self) -> int:
+        return sum(r.live for r in self.requests.values() if r.phase != "finished")
+
+    def _end_responsibility(self, claim: Claim, phase: str) -> None:
+        """Demotion, expiry, release, harm: later loss is not harm; pending restores are
+        cancelled so their requests may finish (C11, class 12)."""
+        claim.phase = phase
+        claim.pending.clear()
+        claim.kv_back = claim.value_back = False
+        claim.owes_harm = False
+        claim.mismatch = False
+
+    def _after_blocks_changed(self, claim: Claim, before: bool) -> None:
+        """C5: the predicate shown to hold by blocks, or fallen below it."""
+        now = claim.holds()
+        if claim.unconfirmed and claim.leading() >= claim.unconfirmed:
+            claim.unconfirmed = 0
+        if claim.phase in RESERVING and now:
+            claim.held = True
+        if before and not now and claim.mode in PRESERVING and claim.phase in RESERVING and claim.held:
+            claim.owes_harm = True  # seed 001 table 4: loss of an accepted preserving claim is harm
+
+    def _take_position(self, claim_id: str, position: int, block_id: int) -> None:
+        claim = self.claims.get(claim_id)
+        if claim is None or claim.positions.get(position) != block_id:
+            return
+        self._lose_position(claim, position)
+
+    def _lose_position(self, claim: Claim, position: int) -> None:
+        before = claim.holds()
+        claim.positions.pop(position, None)
+        if position < claim.assumed:
+            claim.gone.add(position)
+        self._after_blocks_changed(claim, before)
+
+    def _expiry_clock(self, claim: Claim, event: dict[str, Any]) -> None:
+        """C3: expiry before duration_steps have passed is a violation (class 2)."""
+        if claim.duration is None:
+            return
+        step = event.get("engine_step")
+        if claim.accepted_step is None or not _is_int(step):
+            self._undecidable(f"{claim.claim_id}: expiry of a {claim.duration}-step claim with no step clock")
+            return
+        if step - claim.accepted_step < claim.duration:
+            raise Violation(
+                LIFECYCLE,
+                f"{claim.claim_id} expired {step - claim.accepted_step} steps after acceptance; "
+                f"it promised {claim.duration}",
+            )
+
+    # -- the step function --
+
+    def step(self, event: dict[str, Any]) -> None:
+        name = event["event"]
+        if name not in ("fault_injected", "trace_closed"):
+            self.steps += 1
+        getattr(self, "_" + name)(event)
+
+    def finish(self) -> None:
+        """What the trace still owes when it ends."""
+        for claim in self.claims.values():
+            self._confirmed(claim)
+            if claim.owes_harm:  # rule 6
+                raise Violation(
+                    NO_SILENT_HARM, f"{claim.claim_id} fell below its predicate; no harm reported"
+                )
+            if claim.mismatch:  # rule 7
+                raise Violation(TWO_KEY, f"{claim.claim_id}: checkpoint mismatch never ended in a failure")
+        for request_id, request in self.requests.items():
+            if request.owes_refusal is not None:  # rule 4 / seed 000 path B
+                raise Violation(ATTRIBUTION, f"{request_id} owes a refusal naming {request.owes_refusal}")
+
+    # claim decisions (rule 1, class 6)
+
+    def _terms(self, event: dict[str, Any]) -> tuple[Any, ...]:
+        predicate = json.dumps(event["predicate"], sort_keys=True)
+        return (
+            event["owner_scope"],
+            event["object_id"],
+            event["mode"],
+            event["footprint_blocks"],
+            predicate,
+            event.get("duration_steps"),
+        )
+
+    def _set_terms(self, claim: Claim, event: dict[str, Any]) -> None:
+        predicate = event["predicate"]
+        claim.mode = event["mode"]
+        claim.footprint = event["footprint_blocks"]
+        claim.duration = event.get("duration_steps")
+        claim.two_key = predicate["kind"] == "hybrid_two_key"
+        if claim.two_key:
+            claim.required = predicate["boundary_blocks"]
+        elif "blocks" in predicate:
+            claim.required = predicate["blocks"]
+        elif self.block_size is not None:
+            claim.required = -(-predicate["tokens"] // self.block_size)
+        else:
+            claim.required = None
+            self._undecidable(f"{claim.claim_id}: a token predicate and no block_size")
+        if claim.required is not None and claim.required > claim.footprint:
+            raise Violation(IDENTITY, f"{claim.claim_id}: predicate needs more blocks than its footprint")
+
+    def _resident_claim_submitted(self, event: dict[str, Any]) -> None:
+        claim_id = event["claim_id"]
+        if claim_id in self.claims:
+            raise Violation(IDENTITY, f"{claim_id} is decided once")
+        claim = Claim(claim_id, "submitted", self._terms(event))
+        self._set_terms(claim, event)
+        self.claims[claim_id] = claim
+
+    def _resident_claim_accepted(self, event: dict[str, Any]) -> None:
+        claim_id = event["claim_id"]
+        claim = self.claims.get(claim_id)
+        if claim is not None and claim.phase != "submitted":
+            raise Violation(
+                IDENTITY, f"{claim_id} accepted twice (duplicate ownership) or after {claim.phase}"
+            )
+        terms = self._terms(event)
+        if claim is not None and claim.terms != terms:  # C7, class 6
+            raise Violation(IDENTITY, f"{claim_id}: accepted terms differ from the submitted ones")
+        claim = Claim(claim_id, "accepted", terms)
+        self._set_terms(claim, event)
+        step = event.get("engine_step")
+        claim.accepted_step = step if _is_int(step) else None
+        self.claims[claim_id] = claim
+
+    def _resident_claim_rejected(self, event: dict[str, Any]) -> None:
+        claim_id = event["claim_id"]
+        claim = self.claims.get(claim_id)
+        if claim is not None and claim.phase != "submitted":
+            raise Violation(IDENTITY, f"{claim_id} is decided once")
+        if claim is None:
+            claim = self.claims[claim_id] = Claim(claim_id, "rejected", ())
+        claim.phase = "rejected"
+
+    # materialization (seed 001 s. 3.1, L6; seed 002)
+
+    def _resident_claim_materialized(self, event: dict[str, Any]) -> None:
+        claim = self._subject(event)
+        if claim.phase not in RESERVING:
+            raise Violation(LIFECYCLE, f"{claim.claim_id} materialized while {claim.phase}")
+        leading = event["leading_blocks"]
+        if claim.required is not None and leading < claim.required:
+            raise Violation(LIFECYCLE, f"{claim.claim_id} materialized below its predicate")
+        if leading > claim.footprint:
+            raise Violation(LIFECYCLE, f"{claim.claim_id} materialized beyond its footprint")
+        if claim.two_key:
+            checkpoint = event.get("checkpoint")
+            if checkpoint is None:
+                raise Violation(
+                    TWO_KEY, f"{claim.claim_id}: a two-key claim materialized without a checkpoint"
+                )
+            if checkpoint["boundary"] != claim.required:
+                raise Violation(TWO_KEY, f"{claim.claim_id}: checkpoint boundary is not the predicate's")
+            claim.checkpoint = (checkpoint["boundary"], checkpoint["value_hash"])
+        if claim.leading() < leading:
+            if claim.tracked:  # C5: its own blocks must confirm it before its next event
+                claim.unconfirmed = leading
+            claim.assumed, claim.gone = leading, set()  # no allocation sized by the number
+        claim.phase = "materialized"
+        claim.held = True
+
+    # responsibility ends (seed 001 table 4, L4/L5)
+
+    def _responsible(self, event: dict[str, Any]) -> Claim:
+        claim = self._subject(event)
+        if claim.phase not in RESPONSIBLE:
+            raise Violation(LIFECYCLE, f"{event['event']} of {claim.claim_id} while {claim.phase}")
+        return claim
+
+    def _resident_claim_demoted(self, event: dict[str, Any]) -> None:
+        self._end_responsibility(self._responsible(event), "demoted")
+
+    def _resident_claim_expired(self, event: dict[str, Any]) -> None:
+        claim = self._responsible(event)
+        self._expiry_clock(claim, event)
+        self._end_responsibility(claim, "expired")
+
+    def _resident_claim_released(self, event: dict[str, Any]) -> None:
+        claim = self._subject(event)
+        if claim.phase not in RESPONSIBLE | {"demoted", "expired"}:
+            raise Violation(LIFECYCLE, f"release of {claim.claim_id} while {claim.phase}")
+        self._end_responsibility(claim, "released")
+
+    # harm and loss (seed 001 table 4, rule 6, classes 4 and 7)
+
+    def _resident_claim_harmed(self, event: dict[str, Any]) -> None:
+        claim = self._accepted_claim(event["claim_id"])
+        self._confirmed(claim)
+        if claim.mode not in PRESERVING:
+            raise Violation(
+                LIFECYCLE, f"{claim.claim_id} has no preservation obligation: it is lost, not harmed"
+            )
+        if not claim.owes_harm:
+            if claim.phase not in RESPONSIBLE or not claim.held:
+                raise Violation(LIFECYCLE, f"harm of {claim.claim_id} while {claim.phase} (never held)")
+            if claim.tracked and claim.phase in RESERVING and claim.holds():
+                raise Violation(
+                    NO_SILENT_HARM, f"harm of {claim.claim_id} while its blocks hold the predicate"
+                )
+        if event["leading_blocks"] >= event["required_blocks"]:
+            raise Violation(NO_SILENT_HARM, "harm reported while its own numbers hold the predicate")
+        if claim.required is not None and event["required_blocks"] != claim.required:
+            raise Violation(NO_SILENT_HARM, "harm reports another required_blocks than the predicate's")
+        if claim.tracked and claim.phase in RESERVING and event["leading_blocks"] != claim.leading():
+            raise Violation(NO_SILENT_HARM, "harm reports another leading_blocks than its blocks show")
+        self._end_responsibility(claim, "harmed")
+
+    def _resident_claim_lost(self, event: dict[str, Any]) -> None:
+        claim = self._subject(event)
+        if claim.mode in PRESERVING and claim.phase in RESPONSIBLE:
+            raise Violation(
+                NO_SILENT_HARM, f"{claim.claim_id} has a preservation obligation: its loss is harm"
+            )
+        if claim.phase not in RESERVING | SETTLED:
+            raise Violation(LIFECYCLE, f"loss of {claim.claim_id} while {claim.phase}")
+        leading = event["leading_blocks"]
+        if claim.required is not None and leading >= claim.required:
+            raise Violation(LIFECYCLE, "loss reported while its own numbers hold the predicate")
+        if claim.tracked and leading != claim.leading():
+            raise Violation(LIFECYCLE, "loss reports another leading_blocks than its blocks show")
+        if claim.phase in RESERVING:
+            claim.phase = "accepted"
+
+    # offload and restore (seed 000 paths A/B, rule 5, classes 5, 10, 11, 12)
+
+    def _resident_claim_offloaded(self, event: dict[str, Any]) -> None:
+        claim = self._subject(event)
+        if claim.mode not in MAY_OFFLOAD:
+            raise Violation(LIFECYCLE, f"{claim.mode} claims may not be offloaded")
+        if claim.phase not in RESERVING or not claim.held:
+            raise Violation(
+                LIFECYCLE, f"offload of {claim.claim_id} while {claim.phase} (predicate never held)"
+            )
+        claim.phase = "offloaded"
+
+    def _resident_claim_restore_required(self, event: dict[str, Any]) -> None:
+        claim = self._subject(event)
+        request_id = event["request_id"]
+        if claim.phase not in ("offloaded", "restoring"):
+            raise Violation(OFFLOAD_ORDER, f"restore_required of {claim.claim_id} while {claim.phase}")
+        if request_id in claim.pending:
+            raise Violation(OFFLOAD_ORDER, "restore_required again while the previous one is outstanding")
+        request = self._request(request_id)
+        if request is not None and claim.claim_id in request.failed:
+            raise Violation(OFFLOAD_ORDER, "a failed restoration is never retried for the same request")
+        self._reuse_request(request_id)
+        claim.pending.add(request_id)
+        claim.phase = "restoring"
+
+    def _resident_claim_restored(self, event: dict[str, Any]) -> None:
+        claim = self._subject(event)
+        request_id = event["request_id"]
+        if claim.phase != "restoring" or request_id not in claim.pending:
+            raise Violation(OFFLOAD_ORDER, f"restored without a pending restore_required for {request_id}")
+        if claim.two_key:
+            claim.kv_back = True  # C6: the KV key; the value key is the checkpoint
+            self._two_key_restored(claim)
+            return
+        if claim.tracked and not claim.holds():  # C6, class 5: the blocks must confirm it
+            raise Violation(
+                OFFLOAD_ORDER, f"{claim.claim_id} restored but its blocks do not hold the predicate"
+            )
+        claim.pending.clear()
+        claim.phase = "materialized"
+        claim.held = True
+
+    def _two_key_restored(self, claim: Claim) -> None:
+        if claim.kv_back and claim.value_back:
+            if claim.tracked and not claim.holds():
+                raise Violation(OFFLOAD_ORDER, f"{claim.claim_id} restored but its blocks do not hold it")
+            claim.pending.clear()
+            claim.kv_back = claim.value_back = False
+            claim.phase = "materialized"
+            claim.held = True
+
+    def _resident_claim_checkpoint_restored(self, event: dict[str, Any]) -> None:
+        claim = self._subject(event)
+        if not claim.two_key or claim.phase != "restoring":
+            raise Violation(TWO_KEY, f"checkpoint restore of {claim.claim_id} while {claim.phase}")
+        recorded = claim.checkpoint
+        if recorded is None or (event["boundary"], event["value_hash"]) != recorded:
+            claim.mismatch = True  # seed 002: only value_hash equality is state identity
+            return
+        claim.value_back = True
+        self._two_key_restored(claim)
+
+    def _resident_claim_restoration_failed(self, event: dict[str, Any]) -> None:
+        claim = self._subject(event)
+        request_id, outcome = event["request_id"], event["outcome"]
+        if claim.phase != "restoring" or request_id not in claim.pending:
+            raise Violation(
+                OFFLOAD_ORDER, f"restoration_failed without a pending restore_required for {request_id}"
+            )
+        claim.pending.discard(request_id)
+        claim.mismatch = False
+        request = self._request(request_id)
+        if request is not None:
+            request.failed.add(claim.claim_id)
+        if outcome == "refusal":
+            claim.phase = "offloaded" if not claim.pending else "restoring"
+            claim.kv_back = claim.value_back = False
+            if request is not None:
+                request.owes_refusal = claim.claim_id
+        elif outcome == "demotion":
+            self._end_responsibility(claim, "demoted")
+        elif outcome == "expiry":
+            self._expiry_clock(claim, event)
+            self._end_responsibility(claim, "expired")
+        else:
+            self._end_responsibility(claim, "harmed")
+
+    # requests (rules 3 and 4, classes 1, 11, 14)
+
+    def _reuse_request(self, request_id: str) -> Request:
+        """A request that reuses a claim: absent or admitted (C12)."""
+        request = self._request(request_id)
+        if request is None:
+            request = self.requests[request_id] = Request("admitted")
+        elif request.phase == "finished":
+            raise Violation(IDENTITY, f"{request_id} already finished")
+        elif request.phase != "admitted":
+            raise Violation(LIFECYCLE, f"{request_id} reuses a claim while {request.phase}")
+        return request
+
+    def _active_request_admitted(self, event: dict[str, Any]) -> None:
+        request_id = event["request_id"]
+        request = self._request(request_id)
+        if request is not None and request.phase == "finished":
+            raise Violation(IDENTITY, f"{request_id} already finished")
+        if request is not None and request.phase != "deferred":
+            raise Violation(LIFECYCLE, f"admission of {request_id} while {request.phase}")
+        if request is None:
+            request = self.requests[request_id] = Request("admitted")
+        request.phase = "admitted"
+        request.live = event["active_live_blocks"]
+        reserved = self._held(self._reserving())
+        if self.pool is None:
+            if reserved:
+                self._undecidable("an admission beside reserved claims in a pool of unknown size")
+        elif reserved + self._live() > self.pool:  # C1, seed 001 s. 3.4
+            raise Violation(
+                CAPACITY, f"pool overcommitted: {reserved} reserved + {self._live()} live > {self.pool}"
+            )
+
+    def _active_request_deferred(self, event: dict[str, Any]) -> None:
+        self._conflict(event, refusal=False)
+
+    def _active_request_refused(self, event: dict[str, Any]) -> None:
+        self._conflict(event, refusal=True)
+
+    def _conflict(self, event: dict[str, Any], *, refusal: bool) -> None:
+        request_id, reason, blocking = event["request_id"], event["reason"], event["blocking_claim_ids"]
+        numbers = [event.get(name) for name in PROOF]
+        if reason == "capacity" and None in numbers:  # rule 3
+            raise Violation(CAPACITY, "a capacity conflict without its capacity proof")
+        if None not in numbers:
+            protected, active, total, usable, shortfall = numbers
+            if total != protected + active or shortfall != max(0, total - usable):
+                raise Violation(CAPACITY, "capacity proof arithmetic does not add up")
+            if self.pool is not None and usable != self.pool:  # C2: the pool's usable_blocks
+                raise Violation(CAPACITY, f"proof's usable_blocks {usable} is not the pool's {self.pool}")
+            if reason == "capacity" and shortfall <= 0:
+                raise Violation(CAPACITY, "a capacity conflict needs a positive shortfall")
+        if not blocking:  # rule 4
+            raise Violation(ATTRIBUTION, "no blocking claim named")
+        if len(set(blocking)) != len(blocking):
+            raise Violation(ATTRIBUTION, "a blocking claim named twice")
+        request = self._request(request_id)
+        if request is not None and request.phase == "finished":
+            rule = ATTRIBUTION if reason == "restoration_failed" else IDENTITY
+            raise Violation(rule, f"{request_id} already finished")
+        claims = []
+        for claim_id in blocking:
+            claim = self._accepted_claim(claim_id)
+            self._named(claim, event["event"])
+            claims.append(claim)
+        if reason == "restoration_failed":  # rule 4, seed 000 path B, C10
+            if request is not None and request.owes_refusal is not None:
+                failed = request.owes_refusal
+            elif request is not None and len(blocking) == 1 and blocking[0] in request.discharged:
+                failed = blocking[0]  # a refusal after a restoration-failure deferral
+            else:
+                raise Violation(
+                    ATTRIBUTION, "no claim's restoration failed (outcome refusal) for this request"
+                )
+            if list(blocking) != [failed]:
+                raise Violation(ATTRIBUTION, f"a restoration refusal must name exactly {failed}")
+            if request.phase not in ("admitted", "deferred"):
+                raise Violation(LIFECYCLE, f"{request_id} refused or deferred while {request.phase}")
+            request.discharged.add(failed)
+            request.owes_refusal = None
+            request.phase = "refused" if refusal else "deferred"
+            return
+        # a capacity conflict: the blocking claims reserve now (C13), the proof matches (C2)
+        for claim in claims:
+            if claim.mode not in PRESERVING:
+                raise Violation(ATTRIBUTION, f"{claim.claim_id} carries no preservation obligation")
+            if claim.phase not in RESERVING:
+                raise Violation(ATTRIBUTION, f"{claim.claim_id} reserves nothing while {claim.phase}")
+        protected = numbers[0]
+        if protected < self._held(claims):
+            raise Violation(CAPACITY, "protected_resident_blocks leaves out blocks the blocking claims hold")
+        if protected > sum(c.footprint for c in self._reserving()) or protected > numbers[3]:
+            raise Violation(CAPACITY, "protected_resident_blocks exceeds what the claims reserve or the pool")
+        if self.pool is None:
+            self.pool = numbers[3]
+        phase = request.phase if request is not None else None
+        allowed = ("admitted", "deferred", None) if not refusal else ("deferred", None)
+        if phase not in allowed:
+            raise Violation(
+                LIFECYCLE, f"capacity {'refusal' if refusal else 'deferral'} of {request_id} while {phase}"
+            )
+        if request is None:
+            request = self.requests[request_id] = Request("deferred")
+        request.phase = "refused" if refusal else "deferred"
+
+    def _request_reused(self, event: dict[str, Any]) -> None:
+        claim = self._subject(event)
+        request_id = event["request_id"]
+        request = self._request(request_id)
+        if event["predicate_satisfied"]:
+            if request is not None and claim.claim_id in request.failed:  # rule 5
+                raise Violation(
+                    OFFLOAD_ORDER, "a satisfied reuse after its restoration failed (fallback recompute)"
+                )
+            if claim.phase in ("offloaded", "restoring"):  # rule 5: restore before reuse
+                raise Violation(OFFLOAD_ORDER, f"satisfied reuse of {claim.claim_id} before it was restored")
+            shown = claim.phase == "accepted" and claim.tracked and claim.holds()  # class 4
+            if claim.phase not in ("materialized", *SETTLED) and not shown:
+                raise Violation(LIFECYCLE, f"satisfied reuse of {claim.claim_id} while {claim.phase}")
+            if claim.required is not None and event["cached_blocks"] < claim.required:
+                raise Violation(
+                    LIFECYCLE, "satisfied reuse with fewer cached blocks than the predicate needs"
+                )
+            if claim.phase == "materialized" and claim.tracked and not claim.holds():  # C8
+                raise Violation(LIFECYCLE, f"satisfied reuse of {claim.claim_id} while its blocks fail it")
+        self._reuse_request(request_id)
+
+    def _request_finished(self, event: dict[str, Any]) -> None:
+        request_id = event["request_id"]
+        request = self._request(request_id)
+        if request is None:  # C12: a client abort before the request reached the pool
+            self.requests[request_id] = Request("finished")
+            return
+        if request.phase == "finished":
+            raise Violation(IDENTITY, f"{request_id} already finished")
+        if request.owes_refusal is not None:  # rule 4
+            raise Violation(ATTRIBUTION, f"{request_id} finished before its fail-closed refusal")
+        for claim in self.claims.values():
+            if request_id in claim.pending:  # rule 5: served without restoration
+                raise Violation(
+                    OFFLOAD_ORDER, f"{request_id} finished with the restore of {claim.claim_id} pending"
+                )
+        request.phase = "finished"
+        request.live = 0
+
+    # blocks (classes 3, 4, 7; rule 6)
+
+    def _block_claim(self, event: dict[str, Any]) -> Claim | None:
+        """The claim a block event names and tracks, if any (C4)."""
+        claim_id = event.get("claim_id")
+        if claim_id is None:
+            return None
+        claim = self.claims.get(claim_id)
+        if claim is None:
+            raise Violation(IDENTITY, f"block event names {claim_id}, never submitted (post-hoc naming)")
+        if claim.phase in ("submitted", "rejected"):
+            return None
+        position = event.get("position")
+        if position is not None and position >= claim.footprint:
+            raise Violation(IDENTITY, f"position {position} outside {claim_id}'s footprint")
+        return claim if position is not None else None
+
+    def _block_stored(self, event: dict[str, Any]) -> None:
+        if event.get("cache_level") is not None and event["cache_level"].lower() not in DEVICE_TIERS:
+            self._block_claim(event)
+            return
+        claim = self._block_claim(event)
+        block_id, block_hash = event["block_id"], event["block_hash"]
+        block = self.blocks.get(block_id)
+        if block is not None and block.block_hash != block_hash:  # C4: new content in a held id
+            self._remove_block(block_id)
+            block = None
+        if block is None:
+            block = self.blocks[block_id] = Block(block_hash)
+        if claim is None:
+            return
+        position = event["position"]
+        claim.tracked = True
+        before = claim.holds()
+        previous = claim.positions.get(position)
+        if previous is not None and previous != block_id and previous in self.blocks:
+            self.blocks[previous].holders.discard((claim.claim_id, position))
+        claim.positions[position] = block_id
+        claim.gone.discard(position)
+        block.holders.add((claim.claim_id, position))
+        self._after_blocks_changed(claim, before)
+
+    def _remove_block(self, block_id: int) -> None:
+        """The block leaves the device: every holder loses its position (C4)."""
+        block = self.blocks.pop(block_id)
+        for claim_id, position in sorted(block.holders):
+            self._take_position(claim_id, position, block_id)
+
+    def _block_removed(self, event: dict[str, Any]) -> None:
+        if event.get("cache_level") is not None and event["cache_level"].lower() not in DEVICE_TIERS:
+            self._block_claim(event)
+            return
+        claim = self._block_claim(event)
+        block_id = event["block_id"]
+        block = self.blocks.get(block_id)
+        if block is not None:
+            if block.block_hash != event["block_hash"]:
+                raise Violation(
+                    IDENTITY, f"block {block_id} removed with another hash than it was stored with"
+                )
+            if claim is not None and (claim.claim_id, event["position"]) not in block.holders:
+                raise Violation(
+                    IDENTITY, f"block {block_id} was not stored for {claim.claim_id}@{event['position']}"
+                )
+            self._remove_block(block_id)
+            return
+        if claim is not None:  # a block the trace never stored, named for a claim's position
+            claim.tracked = True
+            position = event["position"]
+            if position in claim.positions:
+                raise Violation(IDENTITY, f"{claim.claim_id}@{position} is stored in another block")
+            if claim.present(position):  # one of the positions it reported materialized
+                self._lose_position(claim, position)
+
+    def _fault_injected(self, event: dict[str, Any]) -> None:
+        """Context for a counterexample, not a model step."""
+
+    def _trace_closed(self, event: dict[str, Any]) -> None:
+        """The writer ended the trace cleanly (`drive` checks that nothing follows)."""
+
+
+# --- driving ------------------------------------------------------------------------------------
+
+
+def parse_event(line: bytes, previous_seq: int | None) -> dict[str, Any]:
+    """One event line, validated (C15); an unknown event type comes back with `unknown` set."""
+    event = _parse_line(line)
+    seq, name = event.get("seq"), event.get("event")
+    if not _valid(_NAT, seq):
+        raise BadInput("seq is not a non-negative integer")
+    if previous_seq is not None and seq <= previous_seq:
+        raise BadInput("seq does not strictly increase")
+    if type(name) is not str:
+        raise BadInput("event is not a string")
+    if event.get("t_ns") is not None and not _valid(_NAT, event["t_ns"]):
+        raise BadInput("t_ns is not a non-negative integer")
+    schema = SCHEMA.get(name)
+    if schema is not None:
+        _check_fields(event, schema)
+    return event
+
+
+def judge(data: bytes) -> Verdict:
+    """The oracle's verdict on one trace v1 (header + NDJSON events)."""
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()  # a last line without its newline is judged as it parses
+    try:
+        if not lines:
+            raise BadInput("empty")
+        usable, block_size = parse_header(_parse_line(lines[0]))
+    except BadInput as error:
+        return Verdict(INVALID, line=1, message=str(error))
+    return drive(Oracle(usable, block_size), _parsed(lines))
+
+
+def _parsed(lines: list[bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
+    previous: int | None = None
+    for number, line in enumerate(lines[1:], start=2):
+        try:
+            event = parse_event(line, previous)
+        except BadInput as error:
+            error.line = number
+            raise
+        previous = event["seq"]
+        yield number, event
+
+
+def drive(oracle: Oracle, events: Iterable[tuple[int, dict[str, Any]]]) -> Verdict:
+    """Step `oracle` through `(line, event)` pairs to a verdict; a `BadInput` raised while the
+    pairs are produced (with its `line`) makes the trace invalid. C16 (trace-format.md): a
+    trace is complete only when it ends with `trace_closed`; a line after it is invalid; an
+    unclosed trace that broke no rule on the way is inconclusive (truncated); a rule broken
+    after an unknown event type is inconclusive too (the unknown event may explain it)."""
+    unknown: int | None = None
+    closed: int | None = None
+    try:
+        for number, event in events:
+            if closed is not None:
+                return Verdict(INVALID, line=number, message=f"a line follows trace_closed (line {closed})")
+            if event["event"] not in SCHEMA:
+                unknown = unknown or number
+                continue
+            if event["event"] == "trace_closed":
+                closed = number
+            try:
+                oracle.step(event)
+            except Violation as violation:
+                if unknown is not None:
+                    return Verdict(
+                        INCONCLUSIVE, line=unknown, message="unknown event type before a violation"
+                    )
+                return Verdict(REJECTED, violation.rule, number, violation.message)
+    except BadInput as error:
+        return Verdict(INVALID, line=error.line, message=str(error))
+    if closed is None:
+        return Verdict(INCONCLUSIVE, message="truncated: the trace does not end with trace_closed")
+    return conclude(oracle, unknown)
+
+
+def conclude(oracle: Oracle, unknown_line: int | None = None) -> Verdict:
+    """The verdict of a trace that ended in `oracle`'s state without a violation on the way."""
+    try:
+        oracle.finish()
+    except Violation as violation:
+        if unknown_line is not None:
+            return Verdict(INCONCLUSIVE, line=unknown_line, message="unknown event type before a violation")
+        return Verdict(REJECTED, violation.rule, 0, violation.message)
+    if unknown_line is not None:
+        return Verdict(INCONCLUSIVE, line=unknown_line, message="unknown event type")
+    if oracle.undecided is not None:
+        return Verdict(INCONCLUSIVE, message=oracle.undecided)
+    if oracle.steps == 0:
+        return Verdict(INCONCLUSIVE, message="no model step")
+    return Verdict(ACCEPTED)

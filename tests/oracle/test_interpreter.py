@@ -1,0 +1,238 @@
+"""The oracle on the seeds' facts, DESIGN 4's controls and hostile input. Expected verdicts
+here come from the seeds and DESIGN, never from running the oracle or the checker."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from refinement.test_controls import CONTROLS
+
+from kvclaims.oracle.interpreter import ACCEPTED, INCONCLUSIVE, INVALID, REJECTED, judge
+from kvclaims.refinement.testing import TraceBuilder, generate_valid_trace
+
+
+def ndjson(*events: dict, usable: int | None = 80) -> bytes:
+    header = {"kvclaims_trace": 1, "usable_blocks": usable, "block_size": 16}
+    closed = {"event": "trace_closed", "reason": "closed"}
+    lines = [json.dumps(header)] + [json.dumps({"seq": i, **e}) for i, e in enumerate((*events, closed), 1)]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def accepted(claim_id: str, mode: str, footprint: int, blocks: int, **extra) -> dict:
+    predicate = {"kind": "leading_prefix_at_least", "blocks": blocks}
+    return {
+        "event": "resident_claim_accepted", "claim_id": claim_id, "owner_scope": "o", "object_id": "p",
+        "mode": mode, "footprint_blocks": footprint, "predicate": predicate, **extra,
+    }  # fmt: skip
+
+
+def refusal(protected: int, active: int, usable: int, shortfall: int, blocking=("A",), request="r1") -> dict:
+    return {
+        "event": "active_request_refused", "request_id": request, "reason": "capacity",
+        "blocking_claim_ids": list(blocking), "protected_resident_blocks": protected,
+        "active_live_blocks_required": active, "resident_plus_active_blocks": protected + active,
+        "usable_blocks": usable, "capacity_shortfall_blocks": shortfall,
+    }  # fmt: skip
+
+
+REUSE = {
+    "event": "request_reused",
+    "request_id": "r1",
+    "claim_id": "A",
+    "cached_blocks": 1,
+    "predicate_satisfied": True,
+}
+
+
+def materialized(claim_id: str, leading: int) -> dict:
+    return {"event": "resident_claim_materialized", "claim_id": claim_id, "leading_blocks": leading}
+
+
+@pytest.mark.parametrize("name", sorted(CONTROLS))
+def test_design_controls_are_rejected_and_their_twins_accepted(name: str) -> None:
+    build, _ = CONTROLS[name]
+    assert judge(build(False).ndjson()).outcome == ACCEPTED
+    assert judge(build(True).ndjson()).outcome == REJECTED
+
+
+def test_seed_001_canonical_refusal_60_70_80_is_accepted() -> None:
+    trace = ndjson(accepted("A", "hard_protected", 60, 60), materialized("A", 60), refusal(60, 70, 80, 50))
+    assert judge(trace).outcome == ACCEPTED
+
+
+def test_seed_001_live_trace_numbers_40_46_68_19_are_rejected() -> None:
+    trace = ndjson(
+        accepted("A", "hard_protected", 40, 40), materialized("A", 40), refusal(40, 46, 68, 19), usable=68
+    )
+    verdict = judge(trace)
+    assert (verdict.outcome, verdict.rule) == (REJECTED, "capacity_arithmetic")
+
+
+def test_class_1_protecting_120_blocks_in_an_80_block_pool_is_rejected() -> None:
+    trace = ndjson(accepted("A", "hard_protected", 120, 10), materialized("A", 10), refusal(120, 10, 80, 50))
+    assert judge(trace).rule == "capacity_arithmetic"
+
+
+def test_class_1_admission_that_overcommits_the_pool_is_rejected_and_one_that_fits_accepted() -> None:
+    prefix = (accepted("A", "hard_protected", 60, 60), materialized("A", 60))
+    fits = {"event": "active_request_admitted", "request_id": "r1", "active_live_blocks": 20}
+    over = {"event": "active_request_admitted", "request_id": "r1", "active_live_blocks": 21}
+    assert judge(ndjson(*prefix, fits)).outcome == ACCEPTED
+    assert judge(ndjson(*prefix, over)).rule == "capacity_arithmetic"
+
+
+def test_class_2_expiry_before_the_promised_duration_is_rejected() -> None:
+    claim = accepted("A", "expiring", 2, 2, duration_steps=5, engine_step=10)
+    early = {"event": "resident_claim_expired", "claim_id": "A", "engine_step": 14}
+    on_time = {"event": "resident_claim_expired", "claim_id": "A", "engine_step": 15}
+    no_clock = {"event": "resident_claim_expired", "claim_id": "A"}
+    assert judge(ndjson(claim, early)).rule == "lifecycle"
+    assert judge(ndjson(claim, on_time)).outcome == ACCEPTED
+    assert judge(ndjson(claim, no_clock)).outcome == INCONCLUSIVE
+
+
+def test_class_3_new_content_in_a_held_block_breaks_every_holder() -> None:
+    stored = {"event": "block_stored", "block_id": 7, "block_hash": "h", "claim_id": "A", "position": 0}
+    shared = {**stored, "claim_id": "B"}
+    replaced = {"event": "block_stored", "block_id": 7, "block_hash": "other"}
+    harmed = {"event": "resident_claim_harmed", "leading_blocks": 0, "required_blocks": 1}
+    claims = (accepted("A", "hard_protected", 1, 1), accepted("B", "hard_protected", 1, 1), stored, shared)
+    assert judge(ndjson(*claims)).outcome == ACCEPTED
+    assert judge(ndjson(*claims, replaced)).rule == "no_silent_harm"  # both owe harm
+    both = (*claims, replaced, {**harmed, "claim_id": "A"}, {**harmed, "claim_id": "B"})
+    assert judge(ndjson(*both)).outcome == ACCEPTED
+
+
+def test_class_5_a_matching_checkpoint_alone_does_not_restore_a_two_key_claim() -> None:
+    predicate = {"kind": "hybrid_two_key", "boundary_blocks": 1}
+    checkpoint = {"boundary": 1, "payload_hash": "p", "value_hash": "v"}
+    prefix = (
+        {**accepted("A", "offloadable", 1, 1), "predicate": predicate},
+        {**materialized("A", 1), "checkpoint": checkpoint},
+        {"event": "resident_claim_offloaded", "claim_id": "A", "tier": "cpu"},
+        {"event": "resident_claim_restore_required", "claim_id": "A", "request_id": "r1"},
+        {"event": "resident_claim_checkpoint_restored", "claim_id": "A", **checkpoint},
+    )
+    kv_side = {"event": "resident_claim_restored", "claim_id": "A", "request_id": "r1"}
+    assert judge(ndjson(*prefix, REUSE)).rule == "offload_order"
+    assert judge(ndjson(*prefix, kv_side, REUSE)).outcome == ACCEPTED
+
+
+def test_generated_valid_histories_are_accepted() -> None:
+    for seed in range(3):
+        out = io.BytesIO()
+        generate_valid_trace(out, 2000, seed=seed, usable_blocks=512, live_claims=16)
+        assert judge(out.getvalue()).outcome == ACCEPTED
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"seq": true, "event": "request_finished", "request_id": "r", "status": "s"}',
+        b'{"seq": 1.0, "event": "request_finished", "request_id": "r", "status": "s"}',
+        b'{"seq": 1, "seq": 2, "event": "request_finished", "request_id": "r", "status": "s"}',
+        b'{"seq": 1, "event": "active_request_admitted", "request_id": "r", "active_live_blocks": "3"}',
+        b'{"seq": 1, "event": "request_finished", "request_id": "r"',
+    ],
+)
+def test_malformed_lines_are_invalid(line: bytes) -> None:
+    header = b'{"kvclaims_trace": 1, "usable_blocks": 8}\n'
+    assert judge(header + line + b"\n").outcome == INVALID
+
+
+def test_absurd_sizes_give_a_verdict_without_an_allocation_sized_by_them() -> None:
+    assert judge(ndjson(accepted("A", "hard_protected", 2**62, 2**62), usable=None)).outcome == INVALID
+    huge = 2**24  # the largest prefix trace-format.md allows
+    trace = ndjson(accepted("A", "hard_protected", huge, huge), materialized("A", huge), usable=None)
+    assert judge(trace).outcome == ACCEPTED
+    removed = {"event": "block_removed", "block_id": 1, "block_hash": "h", "claim_id": "A", "position": 5}
+    assert (
+        judge(ndjson(accepted("A", "hard_protected", huge, huge), materialized("A", huge), removed)).rule
+        == "no_silent_harm"
+    )
+
+
+def test_a_builder_trace_of_the_header_only_is_inconclusive() -> None:
+    assert judge(TraceBuilder(usable_blocks=8).ndjson()).outcome == INCONCLUSIVE
+
+
+OFFLOADED = (
+    accepted("A", "offloadable", 1, 1),
+    materialized("A", 1),
+    {"event": "resident_claim_offloaded", "claim_id": "A", "tier": "cpu"},
+    {"event": "active_request_admitted", "request_id": "r1", "active_live_blocks": 1},
+    {"event": "resident_claim_restore_required", "claim_id": "A", "request_id": "r1"},
+)
+FINISH = {"event": "request_finished", "request_id": "r1", "status": "finished"}
+FAILED = {
+    "event": "resident_claim_restoration_failed",
+    "claim_id": "A",
+    "request_id": "r1",
+    "outcome": "refusal",
+}
+FAILURE_DEFERRAL = {
+    "event": "active_request_deferred",
+    "request_id": "r1",
+    "reason": "restoration_failed",
+    "blocking_claim_ids": ["A"],
+}
+
+
+def test_class_10_offload_and_restore_of_a_hard_protected_claim_is_legal() -> None:
+    hard = (accepted("A", "hard_protected", 1, 1), *OFFLOADED[1:])
+    restored = {"event": "resident_claim_restored", "claim_id": "A", "request_id": "r1"}
+    assert judge(ndjson(*hard, restored, REUSE, FINISH)).outcome == ACCEPTED
+    demotable = (accepted("A", "demotable", 1, 1), *OFFLOADED[1:3])
+    assert judge(ndjson(*demotable)).rule == "lifecycle"
+
+
+@pytest.mark.parametrize(
+    "continuation",
+    [
+        [FINISH],
+        [{"event": "active_request_admitted", "request_id": "r1", "active_live_blocks": 1}, FINISH],
+        [{**FAILURE_DEFERRAL, "event": "active_request_refused"}, FINISH],
+    ],
+    ids=["finish", "admission", "refusal"],
+)
+def test_class_11_a_restoration_failure_deferral_has_legal_continuations(continuation: list) -> None:
+    assert judge(ndjson(*OFFLOADED, FAILED, FAILURE_DEFERRAL, *continuation)).outcome == ACCEPTED
+    assert judge(ndjson(*OFFLOADED, FAILED, FINISH)).rule == "attribution"  # no fail-closed outcome
+
+
+@pytest.mark.parametrize("ending", ["resident_claim_released", "resident_claim_demoted"])
+def test_class_12_release_or_demotion_with_a_pending_restore_lets_the_request_finish(ending: str) -> None:
+    assert judge(ndjson(*OFFLOADED, {"event": ending, "claim_id": "A"}, FINISH)).outcome == ACCEPTED
+    assert judge(ndjson(*OFFLOADED, FINISH)).rule == "offload_order"  # still responsible: no silent skip
+
+
+def test_class_14_request_edge_cases() -> None:
+    assert judge(ndjson(FINISH)).outcome == ACCEPTED  # a client abort before the pool (choice C12)
+    assert judge(ndjson(FINISH, FINISH)).rule == "identity"  # the id is retired
+    deferred = {**FAILURE_DEFERRAL, "reason": "capacity", "protected_resident_blocks": 1,
+                "active_live_blocks_required": 80, "resident_plus_active_blocks": 81, "usable_blocks": 80,
+                "capacity_shortfall_blocks": 1}  # fmt: skip
+    hard = (accepted("A", "hard_protected", 1, 1), materialized("A", 1), deferred)
+    admitted = {"event": "active_request_admitted", "request_id": "r1", "active_live_blocks": 1}
+    assert judge(ndjson(*hard, REUSE)).rule == "lifecycle"  # admitted first
+    assert judge(ndjson(*hard, admitted, REUSE, FINISH)).outcome == ACCEPTED
+
+
+def test_a_satisfied_reuse_must_agree_with_the_claims_blocks() -> None:
+    stored = {"event": "block_stored", "block_id": 1, "block_hash": "h", "claim_id": "A", "position": 0}
+    removed = {"event": "block_removed", "block_id": 1, "block_hash": "h"}
+    prefix = (accepted("A", "best_effort", 1, 1), stored, materialized("A", 1))
+    assert judge(ndjson(*prefix, REUSE)).outcome == ACCEPTED
+    assert judge(ndjson(*prefix, removed, REUSE)).rule == "lifecycle"
+
+
+def test_an_unclosed_trace_is_truncated_and_a_line_after_the_close_is_invalid() -> None:
+    header = b'{"kvclaims_trace": 1, "usable_blocks": 8}\n'
+    finish = b'{"seq": 1, "event": "request_finished", "request_id": "r", "status": "s"}\n'
+    closed = b'{"seq": 2, "event": "trace_closed", "reason": "closed"}\n'
+    assert judge(header + finish + closed).outcome == ACCEPTED
+    assert judge(header + finish).outcome == INCONCLUSIVE
+    after = b'{"seq": 3, "event": "request_finished", "request_id": "q", "status": "s"}\n'
+    assert judge(header + finish + closed + after).outcome == INVALID
