@@ -453,7 +453,9 @@ class SystemState:
             if (result in RESIDENT) != (before in RESIDENT):
                 self.resident_blocks += claim.footprint if result in RESIDENT else -claim.footprint
                 if result in RESIDENT:
-                    self._check_occupancy(f"{claim.claim_id} holding its {claim.footprint}-block footprint")
+                    self._check_occupancy(
+                        f"{claim.claim_id} holding its {claim.footprint}-block footprint", joining=claim
+                    )
         claim.phase = result  # type: ignore[assignment]
         if result in _SETTLED and claim.pending:
             self._cancel_restorations(claim)
@@ -921,22 +923,46 @@ class SystemState:
             self._seen_admission = True
             self._witness(TraceWitness.active_served_without_claim_block, (self._at,))
 
-    def _check_occupancy(self, what: str, live: int = 0) -> None:
-        """Seed 001 3.4: the pool is never overcommitted. The footprints of materialized
-        preserving claims fit in the usable pool, and so does each admitted request's live KV.
-        (Trace v1 does not say which live blocks an admitted request shares with a claim's
-        prefix, so protected + active is judged by the capacity proofs, not summed here.)"""
+    def _check_occupancy(self, what: str, live: int = 0, joining: ClaimRecord | None = None) -> None:
+        """Seed 001 3.4: the pool is never overcommitted. The blocks of materialized preserving
+        claims fit in the usable pool, and so does each admitted request's live KV. (Trace v1
+        does not say which live blocks an admitted request shares with a claim's prefix, so
+        protected + active is judged by the capacity proofs, not summed here.)
+
+        Claims share blocks (several claims on one prefix object, or objects with a common
+        prefix), so the footprint sum `resident_blocks` is only the cheap bound: past the pool,
+        the blocks are counted once each (`_resident_held`) before the pool counts as
+        overcommitted."""
         usable = self.usable_blocks
-        if usable is not None and (self.resident_blocks > usable or live > usable):
+        if usable is None:
+            return
+        held = self.resident_blocks
+        if held > usable:
+            held = self._resident_held(joining)
+        if held > usable or live > usable:
             self._fail(
                 R.capacity_state,
-                f"{what} overcommits the pool: {self.resident_blocks} blocks held by materialized "
+                f"{what} overcommits the pool: {held} blocks held by materialized "
                 f"preserving claims{f' and {live} live blocks' if live else ''} in {usable} usable blocks",
                 subject="pool",
-                state=f"pool: {self.resident_blocks} held by claims of {usable} usable",
+                state=f"pool: {held} held by claims of {usable} usable",
                 allowed=("a refusal, or a demotion / expiry / release / offload first",),
                 ids=(),
             )
+
+    def _resident_held(self, joining: ClaimRecord | None) -> int:
+        """Distinct device blocks of the materialized preserving claims (and `joining`, which is
+        becoming one): each tracked block once, a claim without tracked blocks by its footprint."""
+
+        def occupies(claim: ClaimRecord) -> bool:
+            return claim.profile.preserving and (claim is joining or claim.phase in RESIDENT)
+
+        blocks = {key for key, owner in self.block_owner.items() if occupies(owner)}
+        blocks.update(
+            key for key, holders in self.shared_owners.items() if any(occupies(c) for c, _ in holders)
+        )
+        untracked = sum(c.footprint for c in self.claims.values() if c.present is None and occupies(c))
+        return len(blocks) + untracked
 
     def _deferred(self, ev: Any) -> None:
         self._conflict(ev, RequestEvent.defer)

@@ -57,6 +57,28 @@ def test_materialized_claims_never_overcommit_the_pool() -> None:
     assert_twins(build, R.capacity_state)
 
 
+def test_claims_sharing_blocks_count_each_block_once() -> None:
+    """Two hard claims on one prefix object, 60 + 40 blocks of footprint in an 80-block pool:
+    sharing their leading 40 blocks they hold 60 blocks, which fits; holding 40 blocks of their
+    own they hold 100, which overcommits (the scheduler fuzzer found the false reject)."""
+
+    def build(bad: bool) -> TraceBuilder:
+        trace = TraceBuilder(usable_blocks=80).accept("A", blocks=60, object_id="doc")
+        trace.store_prefix("A", 60).materialize("A", 60).accept("B", blocks=40, object_id="doc")
+        for position in range(40):
+            owner = "B" if bad else "A"
+            trace.add(
+                "block_stored",
+                block_id=trace.block_id(owner, position),
+                block_hash=f"h:{owner}:{position}",
+                claim_id="B",
+                position=position,
+            )
+        return trace.materialize("B", 40)
+
+    assert_twins(build, R.capacity_state)
+
+
 def test_the_protected_term_is_what_the_claims_reserve() -> None:
     """120 protected blocks in an 80-block pool whose claims reserve 60 is not a proof."""
 
