@@ -19,7 +19,7 @@ from kvclaims.spec.capacity import recorded_capacity_problem
 from kvclaims.spec.tables import PRESERVING_MODES
 from kvclaims.spec.trace import EVENT_MODELS
 from kvclaims.spec.vocabulary import ConformanceRule, ProtectionMode
-from kvclaims.statemachine.lifecycle import ClaimProfile, Event, Phase, Violation, at_end, step
+from kvclaims.statemachine.lifecycle import NOT_ACCEPTED, ClaimProfile, Event, Phase, Violation, at_end, step
 from kvclaims.statemachine.requests import (
     REQUEST_INITIAL,
     RequestEvent,
@@ -48,7 +48,6 @@ _FAILED = {
     "expiry": Event.fail_restoration_expiry,
     "harm": Event.fail_restoration_harm,
 }
-_NOT_ACCEPTED = frozenset({Phase.absent, Phase.submitted, Phase.rejected})
 
 
 class ReplayViolation(AssertionError):
@@ -222,7 +221,7 @@ class TraceReplay:
         if claim_id is None:
             return None
         claim = self.claims.get(claim_id)
-        if claim is None or claim.phase in _NOT_ACCEPTED:
+        if claim is None or claim.phase in NOT_ACCEPTED:
             raise ReplayViolation(
                 ConformanceRule.identity, seq, f"block event names claim {claim_id}, never accepted"
             )

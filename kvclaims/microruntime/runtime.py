@@ -184,6 +184,7 @@ class MicroRuntime:
 
     @property
     def events_emitted(self) -> int:
+        """Trace events emitted so far (the last `seq`)."""
         return self._seq
 
     def _emit(self, event: str, fields: dict[str, Any]) -> None:
@@ -225,7 +226,13 @@ class MicroRuntime:
     # ------------------------------------------------------------------ claims
 
     def submit_claims(self, specs: Sequence[ClaimSpec]) -> list[ClaimPlan]:
-        """Submit claims together (materialization policies plan them as a batch)."""
+        """Submit claims together (materialization policies plan them as a batch).
+
+        Each claim enters the ledger (`claims`) submitted, then is accepted or rejected by the
+        policy's plan; an accepted one is indexed under its object, tags (and pins or retains)
+        the blocks of its prefix already cached, may materialize at once, and an expiring one
+        gets its deadline. Duplicate or malformed specs are an `InputError` (nothing changes).
+        """
         validate_inputs(self.pool.usable, specs, source=self.header["source"])
         taken = [s.claim_id for s in specs if s.claim_id in self.claims]
         if taken:
@@ -257,6 +264,7 @@ class MicroRuntime:
         return plans
 
     def submit_claim(self, spec: ClaimSpec) -> ClaimPlan:
+        """`submit_claims` for one claim."""
         return self.submit_claims([spec])[0]
 
     def _protected_budget_left(self) -> int:
@@ -295,7 +303,7 @@ class MicroRuntime:
 
     def _tag(self, claim: MicroClaim, position: int, block: int) -> None:
         """`block` now holds the claim's `position`: protect it as the policy says."""
-        self.ledger.hold(claim, position, block)
+        claim.hold(position, block)
         if claim.phase not in RESPONSIBLE or position >= self.pin_limit(claim):
             return
         if claim.protection is Protection.pin:
@@ -319,7 +327,7 @@ class MicroRuntime:
     def _lose(self, claim: MicroClaim, position: int) -> None:
         """The claim's block at `position` left the pool: update the prefix, report breakage."""
         block = claim.slots[position]
-        crossed = self.ledger.drop(claim, position)
+        crossed = claim.drop(position)
         if position in claim.pinned:
             claim.pinned.remove(position)
         if position in claim.retained:
@@ -362,7 +370,7 @@ class MicroRuntime:
         claims = self._claims_on[claim.spec.object_id]
         if claim in claims:
             claims.remove(claim)
-        self.ledger.drop_all(claim)
+        claim.drop_all()
 
     def _claim(self, claim_id: str) -> MicroClaim:
         claim = self.claims.get(claim_id)
@@ -389,7 +397,9 @@ class MicroRuntime:
             )
 
     def demote(self, claim_id: str, reason: str = "demoted by policy") -> None:
-        """Relax responsibility before loss: later loss is post-release, not harm."""
+        """Relax responsibility before loss: the claim steps to demoted, its pins and retention
+        are dropped (its blocks become evictable and stay named until lost), so later loss is
+        post-release, not harm. An illegal demotion is an `InputError` (nothing changes)."""
         claim = self._claim(claim_id)
         self._require(claim, Event.demote)
         self._emit("resident_claim_demoted", {"claim_id": claim_id, "reason": reason})
@@ -397,6 +407,8 @@ class MicroRuntime:
         self._end_protection(claim)
 
     def release(self, claim_id: str, reason: str = "released by owner") -> None:
+        """The owner ends the claim: it steps to released, its pins and retention are dropped
+        and it names no block any more. An illegal release is an `InputError`."""
         claim = self._claim(claim_id)
         self._require(claim, Event.release)
         self._emit("resident_claim_released", {"claim_id": claim_id, "reason": reason})
@@ -404,7 +416,9 @@ class MicroRuntime:
         self._end_protection(claim)
 
     def offload(self, claim_id: str, tier: str = "host") -> None:
-        """Copy the claim's prefix to the host tier and let its GPU blocks become evictable."""
+        """Copy the claim's prefix to the host tier (counted in `stats`) and let its GPU blocks
+        become evictable: the claim steps to offloaded and its pins are dropped; a later reuse
+        restores it first. An illegal offload is an `InputError`."""
         claim = self._claim(claim_id)
         self._require(claim, Event.offload)
         self._emit("resident_claim_offloaded", {"claim_id": claim_id, "tier": tier})

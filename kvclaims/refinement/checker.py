@@ -46,6 +46,8 @@ from kvclaims.spec.vocabulary import ConformanceRule, ProtectionMode, TraceWitne
 from kvclaims.statemachine.lifecycle import (
     ALL_PROFILES,
     INITIAL,
+    RESPONSIBLE,
+    RETIRED,
     ClaimProfile,
     Event,
     Phase,
@@ -129,8 +131,8 @@ _FINISHED_FROM: Mapping[RequestPhase, RequestPhase] = MappingProxyType(
     }
 )
 """The phases `request_finished` is legal from (by the request machine), and where it leads."""
-_RESPONSIBLE = frozenset({Phase.accepted, Phase.materialized, Phase.offloaded, Phase.restoring})
-_RETIRED = frozenset({Phase.released, Phase.harmed, Phase.rejected})
+_RETIRED = RETIRED | {Phase.rejected}
+"""Phases the checker stores compactly: a claim there names no block (a rejected one never did)."""
 _RETIRED_STATES: tuple[tuple[Phase, ClaimProfile], ...] = tuple(
     (phase, profile) for phase in sorted(_RETIRED) for profile in _PROFILES
 )
@@ -708,7 +710,7 @@ class Checker:
 
     def _harmed(self, ev: Any) -> None:
         claim = self._claim(ev.claim_id)
-        if claim.phase in _RESPONSIBLE or claim.phase is Phase.breached:
+        if claim.phase in RESPONSIBLE or claim.phase is Phase.breached:
             self._check_harm_numbers(claim, ev)
         was_breached = claim.phase is Phase.breached
         self._advance(claim, Event.harm)
@@ -1034,7 +1036,7 @@ class Checker:
         held = sum(
             claim.footprint
             for claim in self.claims.values()
-            if claim.phase in _RESPONSIBLE and claim.profile.preserving
+            if claim.phase in RESPONSIBLE and claim.profile.preserving
         )
         if max(self.claims[c].footprint for c in blocking) <= protected <= held:
             self._witness(
@@ -1312,7 +1314,7 @@ class Checker:
         claim.leading = position
         required = claim.required
         if required is not None and before >= required > position:
-            if claim.phase in _RESPONSIBLE:
+            if claim.phase in RESPONSIBLE:
                 claim.broken_while_responsible = True
             self._advance(claim, Event.predicate_broken)
             self._settled_loss(claim)

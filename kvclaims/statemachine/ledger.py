@@ -7,7 +7,7 @@ requests, connector) and keeps claims only here. The ledger owns, per claim:
   forbids raises `IllegalTransition` where it is attempted, naming claim, phase and event;
 - its positions (`slots[i]`: the runtime's opaque handle of the block holding position i, or
   None), `held_count` and `leading_blocks`, the contiguous held run from position 0 that a
-  leading-prefix predicate is about (DESIGN 2.1);
+  leading-prefix predicate is about (DESIGN 2.1), kept by `Claim.hold` / `drop` / `drop_all`;
 - its acceptance order and deadlines: expiry by engine steps, and by milliseconds for
   time-based terms (`refresh` re-arms a deadline, e.g. refresh-on-hit);
 - which claims protect blocks against the pool (the blocking set's candidates), in acceptance
@@ -104,6 +104,8 @@ _next_phase = functools.cache(step)
 @dataclass(eq=False, slots=True, kw_only=True)
 class Claim:
     """One claim as the ledger keeps it. Runtimes subclass it with their physical fields.
+    `phase` is written only by `ClaimLedger.advance`; positions only by `hold` / `drop` /
+    `drop_all`.
 
     `slots[i]` is the runtime's handle of the block holding position i, or None; `leading_blocks`
     is the first empty position (the contiguous held run from 0); `held_count` the handles held.
@@ -130,6 +132,39 @@ class Claim:
     @property
     def responsible(self) -> bool:
         return self.phase in RESPONSIBLE
+
+    def hold(self, position: int, block: Any) -> None:
+        """`block` now holds the empty `position`: `held_count` grows, and the leading run
+        extends over it and any held positions right after it. Holding a held position
+        raises `LifecycleBug` (it would count one position twice)."""
+        slots = self.slots
+        if slots[position] is not None:
+            raise LifecycleBug(f"claim {self.claim_id}: position {position} is already held")
+        slots[position] = block
+        self.held_count += 1
+        if position == self.leading_blocks:
+            leading, size = position + 1, len(slots)
+            while leading < size and slots[leading] is not None:
+                leading += 1
+            self.leading_blocks = leading
+
+    def drop(self, position: int) -> bool:
+        """The held `position` is empty again; the leading run ends there at the latest.
+        True iff that took the leading run from meeting the predicate to below it. Dropping an
+        empty position raises `LifecycleBug`."""
+        if self.slots[position] is None:
+            raise LifecycleBug(f"claim {self.claim_id}: position {position} is not held")
+        self.slots[position] = None
+        self.held_count -= 1
+        before = self.leading_blocks
+        if position < before:
+            self.leading_blocks = position
+        return before >= self.required_blocks > self.leading_blocks
+
+    def drop_all(self) -> None:
+        """Every position of the claim is empty: it names no block any more."""
+        self.slots = [None] * len(self.slots)
+        self.held_count = self.leading_blocks = 0
 
     def held(self) -> Iterator[tuple[int, Any]]:
         """(position, handle) of every held position, in position order."""
@@ -182,12 +217,21 @@ class ClaimLedger:
         source = claim.phase
         target = _next_phase(claim.profile, source, event)
         if isinstance(target, Violation):
-            raise IllegalTransition(f"claim {claim.claim_id}", source, event, target.message, target.rule)
-        claim.phase = target
+            self.check(claim, event)
+        claim.phase = target  # type: ignore[assignment]
         self.transitions_taken.add((source, event, target))
         self.phases_reached.add(target)
         if target not in RESPONSIBLE and claim.protects:
             self.protecting.pop(claim.claim_id, None)
+
+    def check(self, claim: Claim, event: Event) -> None:
+        """Raise `IllegalTransition` if `event` is not a legal next step for `claim` now
+        (changes nothing): for runtimes that change their physical side before `advance`."""
+        target = _next_phase(claim.profile, claim.phase, event)
+        if isinstance(target, Violation):
+            raise IllegalTransition(
+                f"claim {claim.claim_id}", claim.phase, event, target.message, target.rule
+            )
 
     def allows(self, claim: Claim, event: Event) -> bool:
         """Whether `event` is a legal next step for `claim` now (changes nothing)."""
@@ -229,42 +273,6 @@ class ClaimLedger:
                 raise OwedAtEnd(f"claim {claim.claim_id}: {owed.message}")
 
     # -- positions and the leading prefix --------------------------------------------------
-
-    @staticmethod
-    def hold(claim: Claim, position: int, block: Any) -> None:
-        """`block` now holds `claim`'s empty `position`: `held_count` grows, and the leading
-        run extends over it and any held positions right after it. Holding a held position
-        raises `LifecycleBug` (it would count one position twice)."""
-        slots = claim.slots
-        if slots[position] is not None:
-            raise LifecycleBug(f"claim {claim.claim_id}: position {position} is already held")
-        slots[position] = block
-        claim.held_count += 1
-        if position == claim.leading_blocks:
-            leading, size = position + 1, len(slots)
-            while leading < size and slots[leading] is not None:
-                leading += 1
-            claim.leading_blocks = leading
-
-    @staticmethod
-    def drop(claim: Claim, position: int) -> bool:
-        """`claim`'s held `position` is empty again; the leading run ends there at the latest.
-        True iff that took the leading run from meeting the predicate to below it. Dropping an
-        empty position raises `LifecycleBug`."""
-        if claim.slots[position] is None:
-            raise LifecycleBug(f"claim {claim.claim_id}: position {position} is not held")
-        claim.slots[position] = None
-        claim.held_count -= 1
-        before = claim.leading_blocks
-        if position < before:
-            claim.leading_blocks = position
-        return before >= claim.required_blocks > claim.leading_blocks
-
-    @staticmethod
-    def drop_all(claim: Claim) -> None:
-        """Every position of `claim` is empty: it names no block any more."""
-        claim.slots = [None] * len(claim.slots)
-        claim.held_count = claim.leading_blocks = 0
 
     @staticmethod
     def materializes(claim: Claim) -> bool:

@@ -167,6 +167,8 @@ ENDED: frozenset[Phase] = SETTLED | {Phase.released}
 """Phases after responsibility ended: later loss is post-release loss, not harm."""
 RETIRED: frozenset[Phase] = frozenset({Phase.released, Phase.harmed})
 """Phases after which the claim names no block: its blocks are ordinary cache entries."""
+NOT_ACCEPTED: frozenset[Phase] = frozenset({Phase.absent, Phase.submitted, Phase.rejected})
+"""Phases of a claim that was never accepted: nothing but a decision may name it."""
 SATISFIABLE: frozenset[Phase] = ENDED | {Phase.materialized}
 """Phases from which a reuse may report the predicate satisfied (if the blocks are there)."""
 
@@ -311,7 +313,6 @@ _OFFLOAD_PATH = frozenset(
     }
 )
 _CHECKPOINT = frozenset({Event.restore_checkpoint_match, Event.restore_checkpoint_mismatch})
-_NOT_ACCEPTED = frozenset({Phase.absent, Phase.submitted, Phase.rejected})
 
 
 def _why_illegal(profile: ClaimProfile, phase: Phase, event: Event) -> tuple[ConformanceRule, str]:
@@ -322,7 +323,7 @@ def _why_illegal(profile: ClaimProfile, phase: Phase, event: Event) -> tuple[Con
             rule.identity,
             f"{event} for a claim that is already {phase}: a claim id is decided once",
         )
-    if phase in _NOT_ACCEPTED:
+    if phase in NOT_ACCEPTED:
         return rule.identity, f"{event} names a claim that was never accepted (it is {phase})"
     if phase is Phase.breached:
         return rule.no_silent_harm, (

@@ -41,7 +41,7 @@ def accepted(ledger: ClaimLedger, *args: object, protects: bool = True, **kwargs
 def materialized(ledger: ClaimLedger, *args: object, **kwargs: object) -> Claim:
     c = accepted(ledger, *args, **kwargs)
     for position in range(c.footprint_blocks):
-        ledger.hold(c, position, 100 + position)
+        c.hold(position, 100 + position)
     assert ledger.materializes(c)
     ledger.advance(c, Event.materialize)
     return c
@@ -76,26 +76,26 @@ def test_the_leading_prefix_is_the_first_empty_position() -> None:
     ledger = ClaimLedger()
     c = accepted(ledger, footprint=5, required=3)
     for position in (1, 2, 4):
-        ledger.hold(c, position, position)
+        c.hold(position, position)
     assert (c.leading_blocks, c.held_count) == (0, 3)
     assert not ledger.materializes(c)
-    ledger.hold(c, 0, 0)  # fills the hole: the run extends over 1 and 2
+    c.hold(0, 0)  # fills the hole: the run extends over 1 and 2
     assert (c.leading_blocks, c.held_count) == (3, 4)
     assert ledger.materializes(c)
-    assert ledger.drop(c, 4) is False  # beyond the run: the predicate still holds
-    assert ledger.drop(c, 1) is True  # 3 -> 1 leading blocks: below the predicate of 3
-    assert ledger.drop(c, 2) is False  # already below: no second crossing
+    assert c.drop(4) is False  # beyond the run: the predicate still holds
+    assert c.drop(1) is True  # 3 -> 1 leading blocks: below the predicate of 3
+    assert c.drop(2) is False  # already below: no second crossing
     assert (c.leading_blocks, c.held_count) == (1, 1)
 
 
 def test_a_position_is_held_and_dropped_once() -> None:
     ledger = ClaimLedger()
     c = accepted(ledger)
-    ledger.hold(c, 0, 7)
+    c.hold(0, 7)
     with pytest.raises(LifecycleBug, match="already held"):
-        ledger.hold(c, 0, 8)
+        c.hold(0, 8)
     with pytest.raises(LifecycleBug, match="not held"):
-        ledger.drop(c, 1)
+        c.drop(1)
     assert (c.slots[0], c.held_count) == (7, 1)
 
 
@@ -106,9 +106,9 @@ def test_leading_and_held_count_always_match_a_recount(operations: list[tuple[bo
     c = accepted(ledger, footprint=8, required=4)
     for hold, position in operations:
         if hold and c.slots[position] is None:
-            ledger.hold(c, position, position)
+            c.hold(position, position)
         elif not hold and c.slots[position] is not None:
-            ledger.drop(c, position)
+            c.drop(position)
         assert c.held_count == sum(b is not None for b in c.slots)
         assert c.leading_blocks == next((p for p, b in enumerate(c.slots) if b is None), 8)
 
@@ -120,7 +120,7 @@ def test_leading_and_held_count_always_match_a_recount(operations: list[tuple[bo
 def test_the_model_decides_harm_or_lost(mode: M, loss: Loss, phase: Phase) -> None:
     ledger = ClaimLedger()
     c = materialized(ledger, mode=mode)
-    assert ledger.drop(c, 0)
+    assert c.drop(0)
     assert ledger.break_predicate(c) is loss
     assert c.phase is phase
     ledger.advance(c, Event.harm if loss is Loss.harm else Event.lose)
