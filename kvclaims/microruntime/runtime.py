@@ -38,6 +38,7 @@ from kvclaims.statemachine.ledger import (
     ConflictAction,
     LifecycleBug,
     Loss,
+    fewest_oldest,
     next_request_phase,
 )
 from kvclaims.statemachine.lifecycle import (
@@ -661,17 +662,12 @@ class MicroRuntime:
         """The oldest candidates whose unpinning frees at least `missing` blocks, or None."""
         shared = set(hit_blocks)
         refs, pins = self.pool.request_refs, self.pool.pin_refs
-        chosen, freed = [], 0
-        for claim in candidates:
-            if freed >= missing:
-                break
-            chosen.append(claim)
-            freed += sum(
-                1
-                for p in claim.pinned
-                if pins[claim.slots[p]] == 1 and refs[claim.slots[p]] == 0 and claim.slots[p] not in shared
-            )
-        return chosen if freed >= missing and chosen else None
+
+        def freed(claim: MicroClaim) -> int:
+            blocks = [claim.slots[p] for p in claim.pinned]
+            return sum(1 for b in blocks if pins[b] == 1 and refs[b] == 0 and b not in shared)
+
+        return fewest_oldest(candidates, lambda chosen: sum(map(freed, chosen)) >= missing)
 
     def _conflict(
         self, record: RequestRecord, event: str, blocking: list[MicroClaim], proof: CapacityProof

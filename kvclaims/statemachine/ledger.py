@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import functools
 import heapq
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from kvclaims.spec.vocabulary import ProtectionMode
 from kvclaims.statemachine.lifecycle import (
@@ -66,6 +66,21 @@ class ConflictAction(StrEnum):
     """Send the request to another worker with headroom."""
     add_capacity = "add_capacity"
     """Grow the pool."""
+
+
+C = TypeVar("C", bound="Claim")
+
+
+def fewest_oldest(candidates: Iterable[C], enough: Callable[[list[C]], bool]) -> list[C] | None:
+    """The conflict decision's choice of claims to relax (demote, offload): the shortest
+    leading run of `candidates` (oldest first, in the caller's order) whose relaxation `enough`
+    says removes the shortfall, or None when all of them would not."""
+    chosen: list[C] = []
+    for claim in candidates:
+        chosen.append(claim)
+        if enough(chosen):
+            return chosen
+    return None
 
 
 class Loss(StrEnum):

@@ -63,7 +63,7 @@ from kvclaims.spec.trace import (
     _Event,
 )
 from kvclaims.spec.vocabulary import ClaimState, ProtectionMode
-from kvclaims.statemachine.ledger import ConflictAction, Loss, next_request_phase
+from kvclaims.statemachine.ledger import ConflictAction, Loss, fewest_oldest, next_request_phase
 from kvclaims.statemachine.lifecycle import SATISFIABLE, SETTLED, Event, Phase
 from kvclaims.statemachine.requests import RequestEvent, RequestPhase
 from kvclaims.vllm_binding.capacity import CapacityProof, peak_live_blocks
@@ -765,20 +765,17 @@ class ClaimArbiter:
             (r for r in blocking if self.config.action_for(r.mode) is ConflictAction.demote),
             key=lambda r: r.accepted_step,
         )
-        chosen: list[ClaimRecord] = []
-        for record in candidates:
-            chosen.append(record)
-            freed = self.registry.freed_by(chosen) - credited
-            if proof.capacity_shortfall_blocks - len(freed) <= 0:
-                for victim in chosen:
-                    self._settle(
-                        victim,
-                        Event.demote,
-                        f"demoted to admit request {book.trace_id} "
-                        f"(shortfall {proof.capacity_shortfall_blocks} blocks)",
-                    )
-                return True
-        return False
+        shortfall = proof.capacity_shortfall_blocks
+        chosen = fewest_oldest(
+            candidates, lambda records: len(self.registry.freed_by(records) - credited) >= shortfall
+        )
+        for victim in chosen or ():
+            self._settle(
+                victim,
+                Event.demote,
+                f"demoted to admit request {book.trace_id} (shortfall {shortfall} blocks)",
+            )
+        return chosen is not None
 
     def _end_deferral(self, request_id: str, book: RequestBook) -> None:
         if book.held_back:

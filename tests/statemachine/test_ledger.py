@@ -15,6 +15,7 @@ from kvclaims.statemachine.ledger import (
     LifecycleBug,
     Loss,
     OwedAtEnd,
+    fewest_oldest,
     next_request_phase,
 )
 from kvclaims.statemachine.lifecycle import ClaimProfile, Event, Phase
@@ -178,3 +179,17 @@ def test_a_request_step_out_of_order_raises() -> None:
     assert next_request_phase("r", RequestPhase.absent, RequestEvent.defer) is RequestPhase.deferred
     with pytest.raises(IllegalTransition, match=r"request r: refuse_restoration is illegal in phase fin"):
         next_request_phase("r", RequestPhase.finished, RequestEvent.refuse_restoration)
+
+
+def test_the_fewest_oldest_claims_that_remove_the_shortfall_are_chosen() -> None:
+    ledger = ClaimLedger()
+    claims = [accepted(ledger, name, footprint=size) for name, size in (("a", 2), ("b", 5), ("c", 3))]
+
+    def frees(at_least: int):  # type: ignore[no-untyped-def]
+        return lambda chosen: sum(c.footprint_blocks for c in chosen) >= at_least
+
+    assert fewest_oldest(claims, frees(2)) == claims[:1]
+    assert fewest_oldest(claims, frees(7)) == claims[:2]
+    assert fewest_oldest(claims, frees(10)) == claims
+    assert fewest_oldest(claims, frees(11)) is None  # all of them are not enough: relax none
+    assert fewest_oldest([], frees(0)) is None
