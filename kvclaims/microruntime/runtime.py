@@ -663,11 +663,15 @@ class MicroRuntime:
         shared = set(hit_blocks)
         refs, pins = self.pool.request_refs, self.pool.pin_refs
 
-        def freed(claim: MicroClaim) -> int:
-            blocks = [claim.slots[p] for p in claim.pinned]
-            return sum(1 for b in blocks if pins[b] == 1 and refs[b] == 0 and b not in shared)
+        freed = 0
 
-        return fewest_oldest(candidates, lambda chosen: sum(map(freed, chosen)) >= missing)
+        def enough(chosen: list[MicroClaim]) -> bool:
+            nonlocal freed  # each call adds one claim to the run: keep a running total
+            blocks = [chosen[-1].slots[p] for p in chosen[-1].pinned]
+            freed += sum(1 for b in blocks if pins[b] == 1 and refs[b] == 0 and b not in shared)
+            return freed >= missing
+
+        return fewest_oldest(candidates, enough)
 
     def _conflict(
         self, record: RequestRecord, event: str, blocking: list[MicroClaim], proof: CapacityProof

@@ -74,7 +74,8 @@ C = TypeVar("C", bound="Claim")
 def fewest_oldest(candidates: Iterable[C], enough: Callable[[list[C]], bool]) -> list[C] | None:
     """The conflict decision's choice of claims to relax (demote, offload): the shortest
     leading run of `candidates` (oldest first, in the caller's order) whose relaxation `enough`
-    says removes the shortfall, or None when all of them would not."""
+    says removes the shortfall, or None when all of them would not. `enough` is asked about
+    each run in turn, one claim longer each time (an additive measure may keep a total)."""
     chosen: list[C] = []
     for claim in candidates:
         chosen.append(claim)
@@ -325,9 +326,13 @@ class ClaimLedger:
         return [c for c in due if c is not None and self.allows(c, Event.expire)]
 
 
+_next_request_phase = functools.cache(request_step)
+"""`requests.request_step`, memoized (pure; runtimes ask it for every request event)."""
+
+
 def next_request_phase(request_id: str, phase: RequestPhase, event: RequestEvent) -> RequestPhase:
     """The request lifecycle's next phase; raises `IllegalTransition` when it forbids `event`."""
-    target = request_step(phase, event)
+    target = _next_request_phase(phase, event)
     if isinstance(target, RequestViolation):
         raise IllegalTransition(f"request {request_id}", phase, event, target.message, target.rule)
     return target
