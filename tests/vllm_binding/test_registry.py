@@ -195,5 +195,5 @@ class RegistryIndexes(RuleBasedStateMachine):
 
 TestRegistryIndexes = RegistryIndexes.TestCase
 TestRegistryIndexes.settings = settings(
-    max_examples=60, stateful_step_count=25, derandomize=True, database=None
+    max_examples=60, stateful_step_count=25, derandomize=True, database=None, deadline=None
 )
