@@ -33,7 +33,7 @@ test: setup setup-vllm
 	KVCLAIMS_REQUIRE_VLLM=1 $(PY) -m pytest
 
 demo: setup setup-vllm
-	$(VENV)/bin/kvclaims demo --out kvclaims-out
+	$(VENV)/bin/kvclaims demo -o kvclaims-out --force
 
 lint: setup
 	$(VENV)/bin/ruff check kvclaims tests bench

@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from kvclaims.solver.proofs import all_obligations, run_obligation
+from kvclaims.solver.obligations import all_obligations
+from kvclaims.solver.proofs import run_obligation
 from kvclaims.solver.z3env import Z3_VERSION
 
 

@@ -1,8 +1,10 @@
 """kvclaims: resident KV claims as a checkable contract.
 
-Subpackages, in dependency order: `spec` (the contract as types and the lowering judgment),
-`statemachine` (executable semantics), `solver` (Z3 model and proofs), `refinement` (trace
-checking), `vllm_binding` (stock vLLM 0.32 through its extension points). `cli` sits on top.
+Subpackages, in dependency order (DESIGN 1, checked by `tests/test_dependencies.py`): `spec`
+(the contract as types and the lowering judgment), `statemachine` (executable semantics),
+`microruntime` (a block-level runtime that keeps claims), `solver` (Z3 model and proofs),
+`refinement` (trace checking), `vllm_binding` (stock vLLM 0.32 through its extension points),
+`lab` (seed cases, lanes, scenarios, fuzzing). `report` and `cli` sit on top.
 
 The API for runtime authors is re-exported here, each name imported on first use so that
 `import kvclaims` loads neither pydantic nor Z3, Hypothesis or vLLM:

@@ -24,8 +24,7 @@ from collections.abc import Mapping
 
 from hypothesis import strategies as st
 
-from kvclaims.microruntime.inputs import ClaimSpec, RequestKind, RequestSpec
-from kvclaims.microruntime.testing import (
+from kvclaims.lab.micro_fuzzing import (
     OBJECTS,
     Coverage,
     FuzzReport,
@@ -35,6 +34,7 @@ from kvclaims.microruntime.testing import (
     fuzz,
     run_machine,
 )
+from kvclaims.microruntime.inputs import ClaimSpec, RequestKind, RequestSpec
 from kvclaims.refinement.assertions import assert_refines
 from kvclaims.refinement.rendering import render_verdict
 from kvclaims.refinement.testing import TraceBuilder, generate_valid_trace
@@ -137,7 +137,7 @@ def valid_traces(*, min_events: int = 20, max_events: int = 400) -> st.SearchStr
 def __getattr__(name: str) -> object:
     """`SchedulerFuzz`, the vLLM scheduler machine, imported on first use (it needs vLLM to run)."""
     if name == "SchedulerFuzz":
-        from kvclaims.lab.fuzzing import SchedulerFuzz
+        from kvclaims.lab.scheduler_fuzzing import SchedulerFuzz
 
         return SchedulerFuzz
     raise AttributeError(f"module 'kvclaims.testing' has no attribute {name!r}")

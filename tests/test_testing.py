@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvclaims.lab.fuzz_settings import DETERMINISTIC
 from kvclaims.microruntime.runtime import MicroRuntime
 from kvclaims.microruntime.tracing import TraceBuffer
 from kvclaims.refinement import Outcome, check_bytes
+from kvclaims.spec.tracefile import closing_line
 from kvclaims.spec.vocabulary import ProtectionMode
 from kvclaims.testing import (
     OBJECTS,
@@ -25,13 +27,7 @@ from kvclaims.testing import (
     valid_traces,
 )
 
-BOUNDED = settings(
-    max_examples=40,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+BOUNDED = settings(DETERMINISTIC, max_examples=40)
 
 
 @BOUNDED
@@ -52,7 +48,8 @@ def test_drawn_claims_and_requests_are_taken_by_a_micro_runtime(
         runtime.submit_request(request)
     runtime.close()
     trace = [runtime.header, *buffer.events]
-    assert_refines(b"".join(json.dumps(doc).encode() + b"\n" for doc in trace))
+    closing = closing_line(buffer.events[-1]["seq"] + 1 if buffer.events else 0)
+    assert_refines(b"".join(json.dumps(doc).encode() + b"\n" for doc in trace) + closing)
 
 
 @BOUNDED

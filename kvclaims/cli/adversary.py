@@ -1,14 +1,17 @@
-"""`kvclaims adversary [--out DIR] [--budget SECONDS] [--seed N]`: generate adversarial inputs.
+"""Generate adversarial descriptors and traces (Z3) that must fail closed, into -o DIR.
 
-Descriptors: near-misses of every positive row (shipped descriptors, plus fixtures for the mode
-and depth shapes they lack) that look positive but must fail closed, one Z3 enumeration per
-mutation class with blocking clauses over the class's view; each is written as `descriptor: 1`
-YAML under DIR/descriptors/<class>/ and judged by `kvclaims.spec.lower`. Traces: short event
-sequences found by bounded model checking that break exactly one refinement rule at their last
-step, written as trace v1 under DIR/traces/ and checked by the refinement checker.
+Descriptors: near-misses of every positive row (the descriptors in `--descriptors`, plus
+fixtures for the mode and depth shapes they lack) that look positive but must fail closed, one
+Z3 enumeration per mutation class with blocking clauses over the class's view; each is written
+as `descriptor: 1` YAML under DIR/descriptors/<class>/ and judged by `kvclaims.spec.lower`.
+Traces: short event sequences found by bounded model checking that break exactly one refinement
+rule at their last step, written as trace v1 under DIR/traces/ and checked by the refinement
+checker.
 
-Exit codes: 0 every descriptor failed closed (and model and Python agreed) and every trace
-class was rejected with its rule at the planted step; 1 otherwise; 2 invalid input.
+`--json` prints the summary as one JSON line.
+
+Exit codes: 0 every descriptor failed closed (and model and Python agreed) and every trace class
+was rejected with its rule at the planted step; 1 otherwise; 2 invalid input.
 """
 
 from __future__ import annotations
@@ -17,31 +20,21 @@ import argparse
 import json
 from pathlib import Path
 
-from kvclaims.cli._common import Exit, print_table, stdout_console
+import click
+
+from kvclaims.bundled import DESCRIPTORS
+from kvclaims.cli._common import (
+    Exit,
+    descriptors_option,
+    json_option,
+    out_option,
+    print_json,
+    print_table,
+    runs,
+    stderr_console,
+    stdout_console,
+)
 from kvclaims.cli.prove import progress_steps
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "adversary",
-        help="generate adversarial descriptors and traces (Z3) that must fail closed",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--out", type=Path, default=Path("kvclaims-adversary"), metavar="DIR")
-    parser.add_argument(
-        "--budget", type=float, default=300.0, metavar="SECONDS", help="descriptor search cap"
-    )
-    parser.add_argument("--seed", type=int, default=0, metavar="N", help="solver seed (default 0)")
-    parser.add_argument(
-        "--descriptors",
-        type=Path,
-        default=Path("descriptors"),
-        metavar="DIR",
-        help="positive rows (default descriptors)",
-    )
-    parser.add_argument("--no-traces", action="store_true", help="descriptors only")
-    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,39 +44,43 @@ def run(args: argparse.Namespace) -> int:
     from kvclaims.solver.traces import CLASSES as TRACE_CLASSES
     from kvclaims.solver.traces import generate
 
-    console = stdout_console()
+    quiet = args.json
     rows = positive_rows(args.descriptors)
     with progress_steps(0, "adversarial descriptors") as advance:
         report = run_adversary(
             rows, args.out, seed=args.seed, budget_s=args.budget, on_mutant=lambda m: advance(m.mutation)
         )
-    print_table(
-        "adversarial descriptors by class",
-        ["class", "seed 000 8.2 kind", "distinct"],
-        [[c.id, c.seed_kind or "(beyond the seed)", str(report.by_class.get(c.id, 0))] for c in CLASSES],
-    )
-    console.print(
+    if not quiet:
+        print_table(
+            "adversarial descriptors by class",
+            ["class", "distinct"],
+            [[c.id, str(report.by_class.get(c.id, 0))] for c in CLASSES],
+        )
+    _say(
+        quiet,
         f"{report.distinct} distinct descriptors from {len(rows)} positive rows in {report.seconds:.2f} s "
         f"({report.rate:.0f}/s), {len(report.not_failing_closed)} not failing closed, "
         f"{len(report.disagreements)} model/Python disagreements"
-        + ("" if report.complete else f"; budget of {args.budget:.0f} s reached, enumeration incomplete")
+        + ("" if report.complete else f"; budget of {args.budget:.0f} s reached, enumeration incomplete"),
     )
     traces_ok = True
     if not args.no_traces:
         with progress_steps(len(TRACE_CLASSES), "adversarial traces") as advance:
             found = generate(args.out, check_bytes, seed=args.seed)
             advance("traces")
-        print_table(
-            "adversarial traces (bounded model checking)",
-            ["class", "rule", "outcome", "events"],
-            [
-                [e["class"], e["rule"], f"{e['outcome']} ({e['rejected_rule']})", str(len(e["actions"]))]
-                for e in found.written
-            ],
-        )
+        if not quiet:
+            print_table(
+                "adversarial traces (bounded model checking)",
+                ["class", "rule", "outcome", "events"],
+                [
+                    [e["class"], e["rule"], f"{e['outcome']} ({e['rejected_rule']})", str(len(e["actions"]))]
+                    for e in found.written
+                ],
+            )
         traces_ok = not found.missing_classes
-        console.print(
-            f"{len(found.written)} traces, classes without one: {', '.join(found.missing_classes) or 'none'}"
+        _say(
+            quiet,
+            f"{len(found.written)} traces, classes without one: {', '.join(found.missing_classes) or 'none'}",
         )
     summary = {
         "seed": args.seed,
@@ -96,9 +93,16 @@ def run(args: argparse.Namespace) -> int:
         "disagreements": report.disagreements,
     }
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    console.print(f"outputs in {args.out}/")
+    if quiet:
+        print_json(summary | {"out": str(args.out)})
+    _say(quiet, f"outputs in {args.out}/")
     clean = report.complete and not report.not_failing_closed and not report.disagreements
     return Exit.ok if clean and traces_ok else Exit.not_sound
+
+
+def _say(quiet: bool, text: str) -> None:
+    """A progress line: on stdout, or on stderr when stdout carries JSON."""
+    (stderr_console() if quiet else stdout_console()).print(text)
 
 
 def demo_stage(out: Path) -> str:
@@ -108,16 +112,35 @@ def demo_stage(out: Path) -> str:
     from kvclaims.solver.positives import positive_rows
     from kvclaims.solver.traces import generate
 
-    rows = positive_rows(Path(__file__).resolve().parents[2] / "descriptors")
+    rows = positive_rows(DESCRIPTORS)
     report = run_adversary(rows, out / "adversary", budget_s=300)
     traces = generate(out / "adversary", check_bytes)
     failures = len(report.not_failing_closed) + len(report.disagreements) + len(traces.missing_classes)
+    closed = "all" if not report.not_failing_closed else f"{len(report.not_failing_closed)} NOT"
+    targeted = "each" if not traces.missing_classes else f"{len(traces.missing_classes)} classes NOT"
     summary = (
-        f"{report.distinct} adversarial descriptors in {len(report.by_class)}/{len(CLASSES)} classes "
-        f"from {len(rows)} positive rows ({report.rate:.0f}/s), all failing closed: "
-        f"{not report.not_failing_closed}; {len(traces.written)} BMC traces, each rejected with its "
-        f"targeted rule: {not traces.missing_classes}"
+        f"{report.distinct} near-miss descriptors in {len(report.by_class)}/{len(CLASSES)} classes "
+        f"from {len(rows)} sound rows ({report.rate:.0f}/s), {closed} failing closed; "
+        f"{len(traces.written)} rule-breaking traces found by bounded model checking, {targeted} "
+        "rejected by the rule it breaks"
     )
     if failures or not report.complete:
         raise RuntimeError(summary)
     return summary
+
+
+@click.command(
+    "adversary",
+    help=__doc__,
+    short_help="generate adversarial descriptors and traces (Z3) that must fail closed",
+)
+@out_option("output folder", default=Path("kvclaims-adversary"))
+@click.option(
+    "--budget", type=float, default=300.0, show_default=True, metavar="SECONDS", help="descriptor search cap"
+)
+@click.option("--seed", type=int, default=0, show_default=True, metavar="N", help="solver seed")
+@descriptors_option("positive rows")
+@click.option("--no-traces", is_flag=True, help="descriptors only")
+@json_option
+def command(**options: object) -> int:
+    return runs(run)(**options)

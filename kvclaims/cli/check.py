@@ -1,13 +1,19 @@
-"""`kvclaims check TRACE... [--format F] [--registry FILE] [--jobs N] [--json] [--evidence-out FILE]`:
-does each recorded trace refine the resident-claim model?
+"""Check recorded traces against the resident-claim model (refinement), with counterexamples.
 
-TRACE is a trace file or a directory (searched recursively for *.jsonl, *.ndjson, *.msgpack,
-*.kvevents). `--format auto` (the default) recognises kvclaims trace v1 and the foreign
-vocabularies: blockpool, offload-hook, pydev-connector, vllm-kv-events (which needs
-`--registry`, an external claim registry). A rejection prints its counterexample with the
-surrounding events; several traces print one summary table (in file order) and the totals by
-outcome. Several traces are checked in parallel, one process per core: `--jobs N` sets the
-number of processes, `--jobs 1` checks them one after another; the verdicts are the same.
+TRACE is a trace file, a directory (searched recursively for *.jsonl, *.ndjson, *.msgpack,
+*.kvevents), or `-` for a trace on stdin. `--format auto` (the default) recognises kvclaims
+trace v1 and the foreign vocabularies: blockpool, offload-hook, pydev-connector, vllm-kv-events
+(which needs `--registry`, an external claim registry). A rejection prints its counterexample
+with the surrounding events; several traces print one summary table (in file order) and the
+totals by outcome. Several traces are checked in parallel, one process per core: `--jobs N` sets
+the number of processes, `--jobs 1` checks them one after another; the verdicts are the same.
+`--json` prints one JSON line per trace (the same shape for one trace or many). Each suffix may
+also be gzip-compressed (*.gz). `--strict` makes a field outside trace v1 invalid input instead
+of context kept unchecked (a misspelt field is invalid either way).
+
+A kvclaims-v1 trace is complete only when it ends with `trace_closed` (its writer closed it);
+without that end it is truncated and at best inconclusive. `--open` judges such a file as an
+open prefix (a live trace, or one cut on purpose), as if it ended where it stops.
 
 `--evidence-out FILE` writes the anchored evidence items (YAML, or JSON for *.json) that the
 traces supply, ready to cite in a runtime descriptor; it writes nothing unless every trace is
@@ -21,17 +27,34 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import sys
+import tempfile
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvclaims.cli._common import print_json, print_table, stderr_console, stdout_console
-from kvclaims.spec.errors import InputError
+import click
+
+from kvclaims.cli._common import (
+    PathType,
+    json_option,
+    print_json_lines,
+    print_table,
+    runs,
+    stderr_console,
+    stdout_console,
+)
+from kvclaims.refinement.sources import AUTO, FORMATS
+from kvclaims.spec.errors import InputError, Problem
 
 if TYPE_CHECKING:
     from kvclaims.refinement.verdict import TraceVerdict
+
+STDIN = Path("-")
+"""The trace argument that means: read the trace from standard input."""
 
 TRACE_SUFFIXES = (".jsonl", ".ndjson", ".msgpack", ".kvevents")
 PROGRESS_MIN_BYTES = 8 * 1024 * 1024
@@ -51,64 +74,64 @@ OUTCOME_STYLES: dict[str, str] = {
 }
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    from kvclaims.refinement.sources import AUTO, FORMATS
-
-    parser = subparsers.add_parser(
-        "check",
-        help="check recorded traces against the model (refinement), with counterexamples",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("traces", nargs="+", metavar="TRACE", type=Path, help="trace files or directories")
-    parser.add_argument(
-        "--format", default=AUTO, choices=[AUTO, *FORMATS], help="trace format (default: auto)"
-    )
-    parser.add_argument("--registry", type=Path, metavar="FILE", help="claim registry for vllm-kv-events")
-    parser.add_argument(
-        "--jobs",
-        type=_positive,
-        default=None,
-        metavar="N",
-        help="check traces in N processes (default: one per core; 1 = sequential)",
-    )
-    parser.add_argument("--json", action="store_true", help="one JSON verdict per trace")
-    parser.add_argument(
-        "--evidence-out", type=Path, metavar="FILE", help="write evidence items (accepted only)"
-    )
-    parser.set_defaults(run=run)
-
-
 def trace_files(targets: list[Path]) -> list[Path]:
     """Expand directories into their trace files (sorted); files are kept as given."""
     found: list[Path] = []
     for target in targets:
-        if target.is_dir():
-            found.extend(sorted(p for p in target.rglob("*") if p.is_file() and p.suffix in TRACE_SUFFIXES))
+        if target == STDIN:
+            found.append(target)
+        elif target.is_dir():
+            found.extend(sorted(p for p in target.rglob("*") if p.is_file() and _is_trace_name(p)))
         else:
             found.append(target)
     return found
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def _is_trace_name(path: Path) -> bool:
+    return Path(path.name.removesuffix(".gz")).suffix in TRACE_SUFFIXES
+
+
+def _say_skipped(targets: list[Path]) -> None:
+    """Name the files a directory held that are not checked (their suffix is not a trace's)."""
+    skipped = [
+        p
+        for target in targets
+        if target != STDIN and target.is_dir()
+        for p in sorted(target.rglob("*"))
+        if p.is_file() and not _is_trace_name(p)
+    ]
+    if skipped:
+        names = ", ".join(str(p) for p in skipped[:5]) + (", ..." if len(skipped) > 5 else "")
+        stderr_console().print(
+            f"skipped {len(skipped)} files that are not traces (not {', '.join(TRACE_SUFFIXES)}): {names}"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
     from kvclaims.refinement.verdict import Outcome
 
     files = trace_files(args.traces)
+    if STDIN in files and args.evidence_out is not None:
+        raise InputError(
+            [Problem("-", "--evidence-out needs trace files: an evidence item cites its trace's path")]
+        )
+    _say_skipped(args.traces)
     if not files:
         stderr_console().print("[bold red]error:[/] no trace files found")
         return EXIT_CODES["invalid"]
     jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
     with _count_progress(len(files)) as advance:
-        verdicts = check_files(files, format=args.format, registry=args.registry, jobs=jobs, on_done=advance)
+        verdicts = check_files(
+            files,
+            format=args.format,
+            registry=args.registry,
+            jobs=jobs,
+            on_done=advance,
+            strict=args.strict,
+            open_prefix=args.open,
+        )
     if args.json:
-        print_json([v.to_json() for v in verdicts] if len(verdicts) > 1 else verdicts[0].to_json())
+        print_json_lines(v.to_json() for v in verdicts)
     elif len(verdicts) == 1:
         _print_one(verdicts[0])
     else:
@@ -133,23 +156,28 @@ def check_files(
     registry: Path | None = None,
     jobs: int = 1,
     on_done: Callable[[], None] | None = None,
+    strict: bool = False,
+    open_prefix: bool = False,
 ) -> list[TraceVerdict]:
     """The verdict of each file, in the order of `files`, checked by `min(jobs, len(files))`
     worker processes (in this process when that is 1). `on_done` is called once per finished
     trace, in completion order. A bad registry raises `InputError` as a sequential run would."""
     workers = min(jobs, len(files))
-    if workers <= 1:
+    if workers <= 1 or STDIN in files:
         verdicts: list[TraceVerdict] = []
         for path in files:
             # a byte bar per large file only when no bar over the traces is live (rich shows one)
             with _progress(path, alone=on_done is None) as progress:
-                verdicts.append(_check_one(path, format, registry, progress))
+                verdicts.append(_check_one(path, format, registry, strict, open_prefix, progress))
             if on_done is not None:
                 on_done()
         return verdicts
     found: list[Any] = [None] * len(files)  # every slot is filled before it is returned
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(_check_in_worker, path, format, registry): i for i, path in enumerate(files)}
+        futures = {
+            pool.submit(_check_in_worker, path, format, registry, strict, open_prefix): i
+            for i, path in enumerate(files)
+        }
         try:
             for future in as_completed(futures):
                 result = future.result()
@@ -164,17 +192,43 @@ def check_files(
     return found
 
 
-def _check_one(path: Path, format: str, registry: Path | None, progress: Any = None) -> TraceVerdict:
-    from kvclaims.refinement.api import check_trace
+def _check_one(
+    path: Path, format: str, registry: Path | None, strict: bool, open_prefix: bool, progress: Any = None
+) -> TraceVerdict:
+    from kvclaims.refinement.api import check_source, check_trace
 
-    return check_trace(path, format=format, registry=registry, progress=progress)
+    if path != STDIN:
+        return check_trace(
+            path, format=format, registry=registry, progress=progress, strict=strict, open=open_prefix
+        )
+    # the checker reads a trace more than once (format detection, the minimal prefix): stdin is
+    # spooled to a temporary file, streamed so that memory stays flat
+    with tempfile.TemporaryFile(prefix="kvclaims-stdin-") as spool:
+        shutil.copyfileobj(sys.stdin.buffer, spool)
+        return check_source(
+            lambda: _reopen(spool),
+            name="<stdin>",
+            format=format,
+            registry=registry,
+            progress=progress,
+            strict=strict,
+            open=open_prefix,
+        )
 
 
-def _check_in_worker(path: Path, format: str, registry: Path | None) -> TraceVerdict | list[Any]:
+def _reopen(spool: Any) -> Any:
+    """A fresh reader over the spooled stdin that leaves the spool itself open."""
+    spool.seek(0)
+    return open(os.dup(spool.fileno()), "rb", closefd=True)
+
+
+def _check_in_worker(
+    path: Path, format: str, registry: Path | None, strict: bool, open_prefix: bool
+) -> TraceVerdict | list[Any]:
     """A trace's verdict, or the problems of the `InputError` it raised: an InputError does not
     survive pickling (its constructor takes problems, its args hold text), its problems do."""
     try:
-        return _check_one(path, format, registry)
+        return _check_one(path, format, registry, strict, open_prefix)
     except InputError as error:
         return list(error.problems)
 
@@ -253,13 +307,13 @@ class _progress:
             self._bar.stop()
 
 
-def _print_one(verdict: Any) -> None:
+def _print_one(verdict: Any, console: Any = None) -> None:
     """The shared plain-text rendering (`kvclaims.refinement.rendering`), the outcome coloured."""
     from rich.markup import escape
 
     from kvclaims.refinement.rendering import OFFENDING_MARKER, verdict_lines
 
-    console = stdout_console()
+    console = console or stdout_console()
     outcome = verdict.outcome.value
     first, *rest = verdict_lines(verdict)
     console.print(f"[{OUTCOME_STYLES[outcome]}]{outcome}[/]{escape(first.removeprefix(outcome))}")
@@ -283,6 +337,7 @@ def _print_summary(verdicts: list[Any]) -> None:
             ]
             for v in verdicts
         ],
+        keys=("trace", "outcome"),
     )
     from kvclaims.refinement.verdict import Outcome
 
@@ -293,6 +348,9 @@ def _print_summary(verdicts: list[Any]) -> None:
         if totals[outcome]
     )
     stderr_console().print(f"{len(verdicts)} traces: {counted}")
+    for verdict in verdicts:
+        if verdict.outcome is Outcome.rejected:  # the table has one line; here is its counterexample
+            _print_one(verdict, stderr_console())
 
 
 def _write_evidence(out: Path, files: list[Path], verdicts: list[Any]) -> int:
@@ -311,3 +369,36 @@ def _write_evidence(out: Path, files: list[Path], verdicts: list[Any]) -> int:
 
         out.write_text(yaml.safe_dump({"evidence": items}, sort_keys=False), encoding="utf-8")
     return len(items)
+
+
+@click.command(
+    "check",
+    help=__doc__,
+    short_help="check recorded traces against the model (refinement), with counterexamples",
+)
+@click.argument("traces", nargs=-1, required=True, type=PathType, metavar="TRACE...")
+@click.option(
+    "--format",
+    default=AUTO,
+    show_default=True,
+    type=click.Choice([AUTO, *FORMATS]),
+    help="trace format",
+)
+@click.option("--registry", type=PathType, metavar="FILE", help="claim registry for vllm-kv-events")
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="check traces in N processes (default: one per core; 1 = sequential)",
+)
+@json_option
+@click.option(
+    "--open",
+    is_flag=True,
+    help="judge kvclaims-v1 traces without their trace_closed end as open prefixes "
+    "(default: such a trace is truncated, inconclusive)",
+)
+@click.option("--strict", is_flag=True, help="refuse fields outside trace v1 (default: keep as context)")
+@click.option("--evidence-out", type=PathType, metavar="FILE", help="write evidence items (accepted only)")
+def command(**options: object) -> int:
+    return runs(run)(**options)

@@ -1,4 +1,4 @@
-"""`kvclaims lifecycle [--mode MODE [--two-key] | --profile P] [--format table|mermaid|dot]`.
+"""The claim lifecycle state diagram, as a table, Mermaid or Graphviz (`--as`).
 
 Prints the state diagram derived from the lifecycle machine's transition table (the one the
 MicroRuntime emits against and refinement replays). Without `--mode`, every profile at once,
@@ -13,22 +13,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kvclaims.cli._common import Exit, print_table
+import click
+
+from kvclaims.cli._common import Exit, json_option, legacy_alias, print_json_lines, print_table, runs
 from kvclaims.spec.vocabulary import ProtectionMode
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "lifecycle",
-        help="print the claim lifecycle state diagram (table, Mermaid or Graphviz)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--mode", choices=[m.value for m in ProtectionMode], help="one protection mode")
-    parser.add_argument("--two-key", action="store_true", help="with --mode: a hybrid two-key predicate")
-    parser.add_argument("--profile", metavar="P", help="a claim profile instead of a mode (see above)")
-    parser.add_argument("--format", choices=("table", "mermaid", "dot"), default="table")
-    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,10 +49,30 @@ def run(args: argparse.Namespace) -> int:
         graph = lifecycle_graph(profile)
         graph.remove_nodes_from([p for p in list(graph.nodes) if p not in reachable_phases(profile)])
         title = f"claim lifecycle, {f'mode {args.mode}, ' if args.mode else ''}{profile_name(profile)}"
-    if args.format == "mermaid":
+    if args.json:
+        print_json_lines({"from": f, "events": e, "to": t} for f, e, t in transition_rows(graph))
+    elif args.as_ == "mermaid":
         sys.stdout.write(to_mermaid(graph))
-    elif args.format == "dot":
+    elif args.as_ == "dot":
         sys.stdout.write(to_dot(graph))
     else:
-        print_table(title, ["from", "events", "to"], transition_rows(graph))
+        print_table(title, ["from", "events", "to"], transition_rows(graph), keys=("from", "to"))
     return Exit.ok
+
+
+RENDERINGS = ("table", "mermaid", "dot")
+
+
+@click.command(
+    "lifecycle",
+    help=__doc__,
+    short_help="print the claim lifecycle state diagram (table, Mermaid or Graphviz)",
+)
+@click.option("--mode", type=click.Choice([m.value for m in ProtectionMode]), help="one protection mode")
+@click.option("--two-key", is_flag=True, help="with --mode: a hybrid two-key predicate")
+@click.option("--profile", metavar="P", help="a claim profile instead of a mode (see above)")
+@click.option("--as", "as_", type=click.Choice(RENDERINGS), default="table", help="rendering (default table)")
+@legacy_alias("--format", "as_", type=click.Choice(RENDERINGS))
+@json_option
+def command(**options: object) -> int:
+    return runs(run)(**options)

@@ -1,43 +1,59 @@
-"""`kvclaims lower FILE... [--mode M] [--depth D] [--json]`: judge descriptor rows.
+"""Judge which protection modes a runtime descriptor lowers, and at which adapter depth.
 
-Rows are the descriptor's `lowerings` (or every mode at every depth), narrowed by `--mode` /
-`--depth`. Exit 0 when every judged row is sound, 1 when one is not, 2 on invalid input.
+FILE is a descriptor (YAML), a directory of them, or `-` for one descriptor on stdin; without
+FILE, the descriptors shipped with kvclaims. Rows are
+each descriptor's `lowerings` (or every mode at every depth), narrowed by `--mode` / `--depth`
+(both repeatable). `--json` prints one JSON object per row (JSON lines). Exit 0 when every
+judged row is sound, 1 when one is not, 2 on invalid input.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
 
-from kvclaims.cli._common import Exit, print_json, print_table
+import click
+
+from kvclaims.bundled import DESCRIPTORS
+from kvclaims.cli._common import Exit, json_option, print_json_lines, print_table, runs
+from kvclaims.spec.errors import InputError
 from kvclaims.spec.tables import OBLIGATION_CODES
 from kvclaims.spec.vocabulary import AdapterDepth, ProtectionMode
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "lower",
-        help="judge which modes a runtime descriptor lowers, at which adapter depth",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("files", nargs="+", metavar="FILE", help="descriptor files or directories")
-    parser.add_argument(
-        "--mode", action="append", choices=[m.value for m in ProtectionMode], help="repeatable"
-    )
-    parser.add_argument(
-        "--depth", action="append", choices=[d.value for d in AdapterDepth], help="repeatable"
-    )
-    parser.add_argument("--json", action="store_true", help="one JSON object per row")
-    parser.add_argument(
-        "--explain",
-        action="store_true",
-        help="add per-obligation findings (under each row, or as a findings list with --json)",
-    )
-    parser.set_defaults(run=run)
-
-
 def run(args: argparse.Namespace) -> int:
+    with _stdin_as_file(args.files) as files:
+        return _judge(args, files)
+
+
+@contextmanager
+def _stdin_as_file(files: tuple[str, ...]) -> Iterator[list[str]]:
+    """`-` becomes a temporary `stdin.yaml` (the descriptor loader reads files, and names them)."""
+    if not files:
+        yield [str(DESCRIPTORS)]
+        return
+    if "-" not in files:
+        yield list(files)
+        return
+    with tempfile.TemporaryDirectory(prefix="kvclaims-stdin-") as folder:
+        spooled = Path(folder) / "stdin.yaml"
+        with spooled.open("wb") as sink:
+            shutil.copyfileobj(sys.stdin.buffer, sink)  # the loader enforces its size limit
+        try:
+            yield [str(spooled) if f == "-" else f for f in files]
+        except InputError as error:
+            raise InputError(
+                [replace(p, file="<stdin>") if p.file == str(spooled) else p for p in error.problems]
+            ) from None
+
+
+def _judge(args: argparse.Namespace, files: list[str]) -> int:
     from kvclaims.spec.descriptor import load_descriptors
     from kvclaims.spec.lowering import lower_row
 
@@ -45,17 +61,15 @@ def run(args: argparse.Namespace) -> int:
     depths = {AdapterDepth(d) for d in args.depth} if args.depth else None
     verdicts = [
         lower_row(descriptor, row)
-        for _, descriptor in load_descriptors(args.files)
+        for _, descriptor in load_descriptors(files)
         for row in descriptor.rows()
         if (modes is None or row.mode in modes) and (depths is None or row.depth in depths)
     ]
     if args.json:
-        print_json(
-            [
-                v.summary()
-                | ({"findings": [f.model_dump(mode="json") for f in v.findings]} if args.explain else {})
-                for v in verdicts
-            ]
+        print_json_lines(
+            v.summary()
+            | ({"findings": [f.model_dump(mode="json") for f in v.findings]} if args.explain else {})
+            for v in verdicts
         )
     else:
         print_table(
@@ -73,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
                 ]
                 for v in verdicts
             ],
+            keys=("surface", "mode", "depth", "label"),
         )
         if args.explain:
             _print_explanations(verdicts)
@@ -88,3 +103,19 @@ def _print_explanations(verdicts: list) -> None:
             refused = v.first_refused
             lines.append(f"  first refused: {refused.label} by {refused.rule}: {refused.reason}")
     sys.stdout.write("\n".join(lines) + "\n")
+
+
+@click.command(
+    "lower", help=__doc__, short_help="judge which modes a runtime descriptor lowers, at which adapter depth"
+)
+@click.argument("files", nargs=-1, metavar="[FILE]...")
+@click.option(
+    "--mode", multiple=True, type=click.Choice([m.value for m in ProtectionMode]), help="repeatable"
+)
+@click.option("--depth", multiple=True, type=click.Choice([d.value for d in AdapterDepth]), help="repeatable")
+@json_option
+@click.option(
+    "--explain", is_flag=True, help="add per-obligation findings (under each row, or in each JSON line)"
+)
+def command(**options: object) -> int:
+    return runs(run)(**options)

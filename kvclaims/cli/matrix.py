@@ -1,4 +1,5 @@
-"""`kvclaims matrix DIR -o OUT`: the lowering matrix as Markdown, JSON and a heatmap PNG.
+"""The lowering matrix of the descriptors in DIR (default: the shipped ones), as Markdown, JSON
+and a heatmap PNG.
 
 Writes `lowering-matrix.md`, `lowering-matrix.json` and `lowering-matrix.png` into OUT,
 regenerated from the descriptors in DIR. `--check` compares the Markdown and JSON against OUT
@@ -11,22 +12,12 @@ import argparse
 import json
 from pathlib import Path
 
-from kvclaims.cli._common import Exit, stderr_console
+import click
+
+from kvclaims.bundled import DESCRIPTORS
+from kvclaims.cli._common import Exit, PathType, json_option, out_option, print_written, runs, stderr_console
 
 OUTPUTS = ("lowering-matrix.md", "lowering-matrix.json")
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "matrix",
-        help="regenerate the lowering matrix (Markdown, JSON, heatmap PNG) from descriptors",
-        description=__doc__,
-    )
-    parser.add_argument("directory", type=Path, metavar="DIR", help="descriptor directory")
-    parser.add_argument("-o", "--out", type=Path, required=True, metavar="OUT")
-    parser.add_argument("--check", action="store_true", help="fail if OUT's md/json drifted")
-    parser.add_argument("--no-png", action="store_true", help="skip the heatmap")
-    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,17 +37,31 @@ def run(args: argparse.Namespace) -> int:
             )
         return Exit.not_sound if drifted else Exit.ok
     args.out.mkdir(parents=True, exist_ok=True)
+    written = []
     for name, text in texts.items():
         (args.out / name).write_text(text, encoding="utf-8")
-        print(args.out / name)
+        written.append(args.out / name)
     if not args.no_png:
         from kvclaims.report.heatmap import render_heatmap
 
-        png = args.out / "lowering-matrix.png"
-        render_heatmap(rows, png)
-        print(png)
+        written.append(render_heatmap(rows, args.out / "lowering-matrix.png"))
+    print_written(written, as_json=args.json)
     return Exit.ok
 
 
 def _read(path: Path) -> str | None:
     return path.read_text(encoding="utf-8") if path.is_file() else None
+
+
+@click.command(
+    "matrix",
+    help=__doc__,
+    short_help="regenerate the lowering matrix (Markdown, JSON, heatmap PNG) from descriptors",
+)
+@click.argument("directory", type=PathType, metavar="[DIR]", default=DESCRIPTORS)
+@out_option("folder to write (or, with --check, to compare with)", required=True)
+@click.option("--check", is_flag=True, help="write nothing; exit 1 if OUT's md/json drifted")
+@click.option("--no-png", is_flag=True, help="skip the heatmap")
+@json_option
+def command(**options: object) -> int:
+    return runs(run)(**options)

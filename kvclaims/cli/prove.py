@@ -1,11 +1,12 @@
-"""`kvclaims prove [NAME...] [--out DIR] [--check] [--list]`: run the named proof obligations.
+"""Run the named proof obligations (Z3) on the lowering rules and the claim lifecycle.
 
-Without NAME every obligation runs and DIR (default `proofs`) gets `<name>.json` for each plus
+Without NAME every obligation runs; with `-o DIR`, DIR gets `<name>.json` for each plus
 `REPORT.md` (statement, method, verdict, time, z3 version), and the generated table of what
-would make each shipped runtime native (`native-upgrades.md` / `.json`, from the descriptors
-in `--descriptors`). With NAMEs (exact names, or a prefix ending in `.` such as `lifecycle.`)
-only those run and only their JSON is written. `--check` writes nothing and compares with DIR
-instead (what CI runs).
+would make each runtime native (`native-upgrades.md` / `.json`, from the descriptors in
+`--descriptors`, by default the shipped ones). With NAMEs (exact names, or a prefix ending in
+`.` such as `lifecycle.`) only those run and only their JSON is written. Without `-o` nothing
+is written. `-o DIR --check` writes nothing and compares with DIR instead (what CI runs).
+`--json` prints one JSON line per obligation.
 
 Exit codes: 0 every obligation proved (and, with --check, nothing drifted); 1 an obligation
 failed or was unknown, or a committed file drifted; 2 an unknown obligation name.
@@ -19,42 +20,45 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kvclaims.cli._common import Exit, print_table, stderr_console, stdout_console
+import click
+
+from kvclaims.cli._common import (
+    Exit,
+    descriptors_option,
+    json_option,
+    out_option,
+    print_json_lines,
+    print_table,
+    runs,
+    stderr_console,
+    stdout_console,
+)
 from kvclaims.spec.errors import InputError, Problem
 
 if TYPE_CHECKING:
     from kvclaims.solver.proofs import ProofObligation
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "prove",
-        help="prove the named properties of the lowering rules and the claim lifecycle (Z3)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("names", nargs="*", metavar="NAME", help="obligations to run (default: all)")
-    parser.add_argument("--out", type=Path, default=Path("proofs"), metavar="DIR", help="default: proofs")
-    parser.add_argument("--check", action="store_true", help="compare with DIR instead of writing")
-    parser.add_argument(
-        "--descriptors", type=Path, default=Path("descriptors"), metavar="DIR", help="default: descriptors"
-    )
-    parser.add_argument("--list", action="store_true", help="list the obligations and exit")
-    parser.set_defaults(run=run)
-
-
 def run(args: argparse.Namespace) -> int:
-    from kvclaims.solver.proofs import all_obligations, run_obligation
+    from kvclaims.solver.obligations import all_obligations
+    from kvclaims.solver.proofs import run_obligation
     from kvclaims.solver.report import drifted, drifted_files, write_files, write_results
 
     obligations = all_obligations()
     if args.list:
+        if args.json:
+            print_json_lines(
+                {"name": o.name, "method": o.method, "statement": o.statement} for o in obligations
+            )
+            return Exit.ok
         print_table(
             "proof obligations",
             ["name", "method", "statement"],
             [[o.name, o.method, o.statement] for o in obligations],
         )
         return Exit.ok
+    if args.check and args.out is None:
+        raise InputError([Problem("kvclaims prove", "--check needs -o DIR (the results to compare with)")])
     selected = _select(obligations, args.names)
     complete = len(selected) == len(obligations)
     results = []
@@ -62,27 +66,40 @@ def run(args: argparse.Namespace) -> int:
         for obligation in selected:
             results.append(run_obligation(obligation))
             advance(obligation.name)
-    print_table(
-        "proof obligations",
-        ["name", "method", "verdict", "seconds"],
-        [[r.name, r.method, r.verdict, f"{r.seconds:.2f}"] for r in results],
-    )
-    console = stdout_console()
     proved = sum(1 for r in results if r.proved)
-    console.print(f"{proved}/{len(results)} proved in {sum(r.seconds for r in results):.2f} s")
+    if args.json:
+        print_json_lines(
+            {
+                "name": r.name,
+                "method": str(r.method),
+                "verdict": str(r.verdict),
+                "seconds": round(r.seconds, 3),
+            }
+            for r in results
+        )
+    else:
+        print_table(
+            "proof obligations",
+            ["name", "method", "verdict", "seconds"],
+            [[r.name, r.method, r.verdict, f"{r.seconds:.2f}"] for r in results],
+        )
+        stdout_console().print(f"{proved}/{len(results)} proved in {sum(r.seconds for r in results):.2f} s")
+    code = Exit.ok if proved == len(results) else Exit.not_sound
+    if args.out is None:
+        return code
     generated = _upgrades(args.descriptors, args.out) if complete else {}
     if args.check:
         problems = drifted(results, args.out, complete=complete) + drifted_files(generated)
         for problem in problems:
             stderr_console().print(f"[bold red]drift:[/] {problem}")
         if problems:
-            stderr_console().print("regenerate with: kvclaims prove --out " + str(args.out))
-        return Exit.ok if proved == len(results) and not problems else Exit.not_sound
+            stderr_console().print(f"regenerate with: kvclaims prove -o {args.out}")
+        return Exit.not_sound if problems else code
     write_results(results, args.out, report=complete)
     write_files(generated)
-    extra = " and REPORT.md, native-upgrades.md/.json" if complete else ""
-    console.print(f"wrote {len(results)} results{extra} to {args.out}/")
-    return Exit.ok if proved == len(results) else Exit.not_sound
+    extra = (" and REPORT.md" if complete else "") + "".join(f", {p.name}" for p in generated)
+    stderr_console().print(f"wrote {len(results)} results{extra} to {args.out}/")
+    return code
 
 
 def _upgrades(descriptors: Path, out: Path) -> dict[Path, str]:
@@ -130,21 +147,35 @@ def progress_steps(total: int, label: str) -> Iterator[Callable[[str], None]]:
 
 
 def demo_stage(out: Path) -> str:
-    """`kvclaims demo`: run every obligation into OUT/proofs and compare with the committed ones."""
-    from kvclaims.solver.proofs import all_obligations, run_obligation
-    from kvclaims.solver.report import drifted, write_results
+    """`kvclaims demo`: run every obligation into OUT/proofs."""
+    from kvclaims.solver.obligations import all_obligations
+    from kvclaims.solver.proofs import run_obligation
+    from kvclaims.solver.report import write_results
 
-    committed = Path(__file__).resolve().parents[2] / "proofs"
     results = [run_obligation(o) for o in all_obligations()]
     write_results(results, out / "proofs", report=True)
     proved = sum(1 for r in results if r.proved)
     seconds = sum(r.seconds for r in results)
-    drift = drifted(results, committed, complete=True) if committed.is_dir() else ["no committed proofs/"]
     by_method: dict[str, int] = {}
     for result in results:
         by_method[result.method.value] = by_method.get(result.method.value, 0) + 1
     methods = ", ".join(f"{count} {method}" for method, count in sorted(by_method.items()))
-    status = "same as the committed proofs/" if not drift else f"DRIFT from proofs/: {'; '.join(drift)}"
-    if proved != len(results) or drift:
-        raise RuntimeError(f"{proved}/{len(results)} proved; {status}")
-    return f"{proved}/{len(results)} obligations proved in {seconds:.1f} s ({methods}); {status}"
+    summary = f"{proved}/{len(results)} obligations proved in {seconds:.1f} s ({methods})"
+    if proved != len(results):
+        raise RuntimeError(summary)
+    return summary
+
+
+@click.command(
+    "prove",
+    help=__doc__,
+    short_help="prove the named properties of the lowering rules and the claim lifecycle (Z3)",
+)
+@click.argument("names", nargs=-1, metavar="[NAME]...")
+@out_option("write the results here (or, with --check, compare with them); default: write nothing")
+@click.option("--check", is_flag=True, help="compare with -o DIR instead of writing")
+@descriptors_option("descriptors for the native-upgrades table")
+@click.option("--list", is_flag=True, help="list the obligations and exit")
+@json_option
+def command(**options: object) -> int:
+    return runs(run)(**options)

@@ -1,11 +1,11 @@
-"""`kvclaims scenario NAME [-o OUT] [--json] [--usable-blocks N]`: run a MicroRuntime scenario.
+"""Run a MicroRuntime scenario: write its trace, print what it measured.
 
 `kvclaims scenario --list` prints every scenario name, one per line; names starting with
 `control-` are negative controls (a deliberately broken runtime whose trace must be rejected).
 `kvclaims scenario --file SPEC.yaml` runs a scenario you wrote (see
 `kvclaims.lab.scenario_file` for the format).
 
-Prints the numbers measured from the run (a table; `--json` for one JSON object) and each
+Prints the numbers measured from the run (a table; `--json` for one JSON line) and each
 trace's verdict from the lifecycle replay. `-o OUT` writes the trace: a file for a one-run
 scenario, a directory of `<run>.ndjson` files for a scenario with several runs. `--usable-blocks`
 replaces the pool of a one-pool scenario.
@@ -18,27 +18,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-from kvclaims.cli._common import Exit, print_json, print_table, stdout_console
+import click
 
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "scenario",
-        help="run a MicroRuntime scenario: write its trace, print what it measured",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("name", nargs="?", metavar="NAME", help="scenario name (see --list)")
-    parser.add_argument("--list", action="store_true", help="print scenario names, one per line")
-    parser.add_argument("--file", type=Path, metavar="SPEC", help="run a scenario file instead of a name")
-    parser.add_argument("-o", "--out", type=Path, metavar="OUT", help="write the trace(s) here")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--usable-blocks", type=int, metavar="N", help="replace the scenario's pool")
-    parser.set_defaults(run=run)
+from kvclaims.cli._common import (
+    Exit,
+    PathType,
+    json_option,
+    out_option,
+    print_json,
+    print_names,
+    print_table,
+    runs,
+    stdout_console,
+)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from kvclaims.spec.errors import InputError, Problem
 
     if args.list:
-        sys.stdout.write("".join(f"{name}\n" for name in SCENARIOS))
+        print_names(SCENARIOS, as_json=args.json)
         return Exit.ok
     if (args.name is None) == (args.file is None):
         raise InputError([Problem("kvclaims scenario", "give a scenario NAME or --file SPEC (not both)")])
@@ -221,8 +216,23 @@ def _headline(s: dict[str, Any], count: int) -> str:
             f"Continuum pins: stock peak {stock['peak_pinned_fraction']:.0%} of pool, "
             f"{stock['steps_nothing_ran_while_requests_waited']} stalled steps unattributed; claims peak "
             f"{claims['peak_pinned_fraction']:.0%}, {claims['claims_rejected']} rejected explicitly",
-            "hybrid corruption -> restoration_failed "
-            + str(s["hybrid-two-key-resume"]["turn_3"]["restoration_failed"]),
+            "hybrid corruption -> restoration_failed for "
+            + ", ".join(map(str, s["hybrid-two-key-resume"]["turn_3"]["restoration_failed"])),
             "3 controls rejected",
         ]
     )
+
+
+@click.command(
+    "scenario",
+    help=__doc__,
+    short_help="run a MicroRuntime scenario: write its trace, print what it measured",
+)
+@click.argument("name", required=False, metavar="[NAME]")
+@click.option("--list", is_flag=True, help="print scenario names, one per line")
+@click.option("--file", type=PathType, metavar="SPEC", help="run a scenario file instead of a name")
+@out_option("write the trace here (a folder for a scenario with several runs)", metavar="OUT")
+@json_option
+@click.option("--usable-blocks", type=int, metavar="N", help="replace the scenario's pool")
+def command(**options: object) -> int:
+    return runs(run)(**options)

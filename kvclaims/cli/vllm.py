@@ -1,24 +1,16 @@
-"""`kvclaims vllm`: resident claims on vLLM 0.32 (the vLLM binding's lanes).
+"""Resident claims on vLLM 0.32: the vLLM binding's scenario lanes, sweep, fuzzing, repeats.
 
-    kvclaims vllm scenario --list [--lane scheduler|engine]   names, one per line (controls: control-*)
-    kvclaims vllm scenario NAME [--lane scheduler|engine] [-o TRACE] [--json]
-    kvclaims vllm sweep [-o DIR] [--json]              the 60/70 capacity sweep, 80..150 usable
-    kvclaims vllm fuzz [--examples N] [--steps M] [-o DIR] [--json]   the long fuzzing profile
-    kvclaims vllm tiny-model DIR                       build the engine lane's tiny Llama locally
-    kvclaims vllm repeat --runs N [--out DIR] [--scenarios A,B] [--json]
-                                                       engine-lane scenarios N times, fresh processes
-    kvclaims vllm descriptor --from DIR -o FILE [--check]
-                                                       the binding's descriptor, from accepted traces
-
+\b
 The scheduler lane drives vLLM's real Scheduler / KVCacheManager / BlockPool with fabricated
 model outputs (CPU, no model); the engine lane runs `vllm.LLM` end to end on a tiny
 random-weight Llama with the binding's scheduler, offload connector, CPU-tier policy and CPU
 offload worker. Every scenario writes one kvclaims trace v1, prints what it measured, and is
-checked by refinement. Exit codes: 0 when every trace got its expected verdict (positives
-accepted; controls rejected, or for engine-lane controls accepted without restoration
-evidence for their claim), every fuzz example passed and `descriptor --check` found no drift;
-1 when not; 2 for bad input or a missing or unsupported vLLM (`make setup-vllm` installs it).
-`--list` works without vLLM.
+checked by refinement. `--list` works without vLLM.
+
+Exit codes: 0 when every trace got its expected verdict (positives accepted; controls rejected,
+or for engine-lane controls accepted without restoration evidence for their claim), every fuzz
+example passed and `descriptor --check` found no drift; 1 when not; 2 for bad input or a missing
+or unsupported vLLM (`make setup-vllm` installs it).
 """
 
 from __future__ import annotations
@@ -29,67 +21,24 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kvclaims.cli._common import Exit, print_json, print_table, stderr_console, stdout_console
+import click
+
+from kvclaims.cli._common import (
+    Exit,
+    PathType,
+    json_option,
+    out_option,
+    print_json,
+    print_names,
+    print_table,
+    print_written,
+    runs,
+    stderr_console,
+    stdout_console,
+)
 
 LANES = ("scheduler", "engine")
 DEFAULT_OUT = Path("kvclaims-out") / "vllm"
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "vllm",
-        help="run resident-claim scenarios, sweeps and fuzzing on vLLM's real scheduler",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    commands = parser.add_subparsers(dest="vllm_command", metavar="COMMAND")
-
-    scenario = commands.add_parser("scenario", help="run one scenario (or --list them)")
-    scenario.add_argument("name", nargs="?", metavar="NAME")
-    scenario.add_argument("--list", action="store_true", help="print scenario names, one per line")
-    scenario.add_argument("--lane", choices=LANES, default="scheduler")
-    scenario.add_argument("-o", "--out", type=Path, metavar="TRACE", help="trace file to write")
-    scenario.add_argument("--json", action="store_true", help="print one JSON object")
-    scenario.set_defaults(run=_run_scenario)
-
-    sweep = commands.add_parser("sweep", help="capacity sweep 80..150: stock vLLM vs the binding")
-    sweep.add_argument("--lane", choices=LANES, default="scheduler")
-    sweep.add_argument("-o", "--out", type=Path, metavar="DIR", default=DEFAULT_OUT / "sweep")
-    sweep.add_argument("--json", action="store_true")
-    sweep.set_defaults(run=_run_sweep)
-
-    fuzz = commands.add_parser("fuzz", help="fuzz vLLM's scheduler with the binding (long profile)")
-    fuzz.add_argument("--examples", type=int, default=2000, metavar="N")
-    fuzz.add_argument("--steps", type=int, default=60, metavar="M", help="rules per example")
-    fuzz.add_argument("--derandomize", action="store_true", help="the same examples on every run")
-    fuzz.add_argument("-o", "--out", type=Path, metavar="DIR", default=DEFAULT_OUT / "fuzz")
-    fuzz.add_argument("--json", action="store_true")
-    fuzz.set_defaults(run=_run_fuzz)
-
-    tiny = commands.add_parser("tiny-model", help="build the engine lane's tiny random-weight Llama in DIR")
-    tiny.add_argument("directory", type=Path, metavar="DIR")
-    tiny.set_defaults(run=_run_tiny_model)
-
-    repeat = commands.add_parser(
-        "repeat", help="run the engine-lane scenarios N times, each repetition in a fresh process"
-    )
-    repeat.add_argument("--runs", type=int, default=30, metavar="N")
-    repeat.add_argument("--out", type=Path, metavar="DIR", default=DEFAULT_OUT / "repeat")
-    repeat.add_argument("--scenarios", metavar="A,B,...", help="engine-lane scenarios (default: all)")
-    repeat.add_argument("--json", action="store_true")
-    repeat.set_defaults(run=_run_repeat)
-
-    descriptor = commands.add_parser(
-        "descriptor", help="generate the binding's descriptor from refinement-accepted engine-lane traces"
-    )
-    descriptor.add_argument("--from", dest="source", type=Path, required=True, metavar="DIR")
-    descriptor.add_argument("-o", "--out", type=Path, required=True, metavar="FILE")
-    descriptor.add_argument(
-        "--check", action="store_true", help="exit 1 if FILE differs from what DIR generates (write nothing)"
-    )
-    descriptor.set_defaults(run=_run_descriptor)
-
-    parser.set_defaults(run=lambda args: (parser.print_help(), Exit.invalid_input)[1])
 
 
 def _vllm_problem() -> str | None:
@@ -116,7 +65,7 @@ def _run_scenario(args: argparse.Namespace) -> int:
 
     if args.list:
         names = engine_scenario_names() if args.lane == "engine" else scenario_names(args.lane)
-        sys.stdout.write("".join(f"{name}\n" for name in names))
+        print_names(names, as_json=args.json)
         return Exit.ok
     if args.name is None:
         raise InputError([Problem("kvclaims vllm scenario", "give a scenario NAME, or --list")])
@@ -252,7 +201,7 @@ def _run_tiny_model(args: argparse.Namespace) -> int:
         reason = f"needs torch and transformers, installed with vLLM (make setup-vllm): {error}"
         print_problems([Problem("kvclaims vllm tiny-model", reason)])
         return Exit.invalid_input
-    stdout_console().print(f"tiny random-weight Llama written to {path}")
+    print_written([path], as_json=args.json)
     return Exit.ok
 
 
@@ -304,10 +253,10 @@ def _run_descriptor(args: argparse.Namespace) -> int:
         if current != text:
             stderr_console().print(f"[bold red]{args.out} differs from what {args.source} generates[/]")
             return Exit.not_sound
-        stdout_console().print(f"{args.out} is what {args.source} generates")
+        stderr_console().print(f"{args.out} is what {args.source} generates")
         return Exit.ok
     args.out.write_text(text, encoding="utf-8")
-    stdout_console().print(f"descriptor written: {args.out}")
+    print_written([args.out], as_json=args.json)
     return Exit.ok
 
 
@@ -345,12 +294,12 @@ def _run_fuzz(args: argparse.Namespace) -> int:
     from hypothesis.stateful import run_state_machine_as_test
     from rich.progress import Progress
 
-    from kvclaims.lab import fuzzing
+    from kvclaims.lab import scheduler_fuzzing
 
     args.out.mkdir(parents=True, exist_ok=True)
-    fuzzing.SchedulerFuzz.trace_dir = args.out
+    scheduler_fuzzing.SchedulerFuzz.trace_dir = args.out
     profile = settings(
-        fuzzing.CI_SETTINGS,
+        scheduler_fuzzing.CI_SETTINGS,
         max_examples=args.examples,
         stateful_step_count=args.steps,
         derandomize=args.derandomize,
@@ -359,14 +308,16 @@ def _run_fuzz(args: argparse.Namespace) -> int:
     failure: BaseException | None = None
     with Progress(transient=True, disable=not stdout_console().is_terminal) as progress:
         task = progress.add_task("fuzzing vLLM's scheduler", total=args.examples)
-        fuzzing.SchedulerFuzz.on_example = lambda: progress.update(task, completed=fuzzing.STATS.examples)
+        scheduler_fuzzing.SchedulerFuzz.on_example = lambda: progress.update(
+            task, completed=scheduler_fuzzing.STATS.examples
+        )
         try:
-            run_state_machine_as_test(fuzzing.SchedulerFuzz, settings=profile)
+            run_state_machine_as_test(scheduler_fuzzing.SchedulerFuzz, settings=profile)
         except Exception as error:  # falsified invariants, rejected traces, crashes (or a group)
             failure = error
         finally:
-            fuzzing.SchedulerFuzz.on_example = None
-    summary = fuzzing.STATS.summary()
+            scheduler_fuzzing.SchedulerFuzz.on_example = None
+    summary = scheduler_fuzzing.STATS.summary()
     if args.json:
         print_json({**summary, "failure": None if failure is None else _describe(failure)})
     else:
@@ -472,9 +423,83 @@ def engine_demo_stage(out: Path) -> str:
     path_b = summary["path-b-restore-failure"]
     latency = path_b["failure_to_outcome_ns"][0] / 1000 if path_b["failure_to_outcome_ns"] else float("nan")
     controls = sum(1 for s in ENGINE_SCENARIOS.values() if s.control)
+    blocking = ", ".join(map(str, path_b["reuse_refused_blocking"] or [])) or "no claim"
     return (
         f"{len(summary)} scenarios on vllm.LLM in {lane.start_seconds:.1f} s start + {seconds:.1f} s "
         f"({len(summary) - controls} accepted, {controls} controls as expected); path A restored "
         f"{summary['path-a-restore']['reuse_num_cached_tokens']} tokens from the CPU tier; path B refused "
-        f"naming {path_b['reuse_refused_blocking']} {latency:.0f} us after the failed load was reported"
+        f"naming {blocking} {latency:.0f} us after the failed load was reported"
     )
+
+
+@click.group("vllm", help=__doc__, short_help="run resident-claim scenarios, sweeps and fuzzing on vLLM 0.32")
+def command() -> None:
+    pass
+
+
+lane_option = click.option(
+    "--lane", type=click.Choice(LANES), default="scheduler", show_default=True, help="which vLLM lane"
+)
+
+
+@command.command("scenario")
+@click.argument("name", required=False, metavar="[NAME]")
+@click.option("--list", is_flag=True, help="print scenario names, one per line (works without vLLM)")
+@lane_option
+@out_option("trace file to write", metavar="TRACE")
+@json_option
+def _scenario_command(**options: object) -> int:
+    """Run one scenario on vLLM (or --list them): write its trace, print what it measured, check
+    the trace by refinement. Names starting with `control-` are negative controls."""
+    return runs(_run_scenario)(**options)
+
+
+@command.command("sweep")
+@lane_option
+@out_option("folder for the sweep's traces", default=DEFAULT_OUT / "sweep")
+@json_option
+def _sweep_command(**options: object) -> int:
+    """The 60/70 capacity sweep over 80..150 usable blocks: stock vLLM against the binding."""
+    return runs(_run_sweep)(**options)
+
+
+@command.command("fuzz")
+@click.option("--examples", type=int, default=2000, show_default=True, metavar="N", help="examples to run")
+@click.option("--steps", type=int, default=60, show_default=True, metavar="M", help="rules per example")
+@click.option("--derandomize", is_flag=True, help="the same examples on every run")
+@out_option("folder for the failing example's trace", default=DEFAULT_OUT / "fuzz")
+@json_option
+def _fuzz_command(**options: object) -> int:
+    """Fuzz vLLM's scheduler with the binding (the long profile of the Hypothesis machine)."""
+    return runs(_run_fuzz)(**options)
+
+
+@command.command("tiny-model")
+@click.argument("directory", type=PathType, metavar="DIR")
+@json_option
+def _tiny_model_command(**options: object) -> int:
+    """Build the engine lane's tiny random-weight Llama in DIR (needs torch and transformers)."""
+    return runs(_run_tiny_model)(**options)
+
+
+@command.command("repeat")
+@click.option("--runs", type=int, default=30, show_default=True, metavar="N", help="repetitions")
+@out_option("folder for the repetitions and their aggregate", default=DEFAULT_OUT / "repeat")
+@click.option("--scenarios", metavar="A,B,...", help="engine-lane scenarios (default: all)")
+@json_option
+def _repeat_command(**options: object) -> int:
+    """Run the engine-lane scenarios N times, each repetition in a fresh process; prints the
+    gates, the controls and the latencies over all runs."""
+    return runs(_run_repeat)(**options)
+
+
+@command.command("descriptor")
+@click.option(
+    "--from", "source", type=PathType, required=True, metavar="DIR", help="accepted engine-lane traces"
+)
+@out_option("descriptor file to write (or, with --check, compare with)", required=True, metavar="FILE")
+@click.option("--check", is_flag=True, help="write nothing; exit 1 if FILE differs from what DIR generates")
+@json_option
+def _descriptor_command(**options: object) -> int:
+    """Generate the binding's descriptor from refinement-accepted engine-lane traces."""
+    return runs(_run_descriptor)(**options)

@@ -17,51 +17,30 @@ Expectations (checked by refinement in the tests, `kvclaims vllm scenario` and `
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvclaims.lab.engine_lane import engine_prompt
-from kvclaims.lab.scheduler_scenarios import ScenarioResult, read_events
+from kvclaims.lab.scheduler_scenarios import Expectation, Scenario, ScenarioResult, read_events
+from kvclaims.lab.seed_cases import Lane, SeedCase, on_lane, recorded_proof, trace_numbers
 from kvclaims.vllm_binding.faults import LoadFaultPlan
 
 if TYPE_CHECKING:
     from kvclaims.lab.engine_lane import EngineLane, ScenarioRun
 
 BLOCK = 32
-CLAIM_BLOCKS = 4
-CAPACITY_CLAIM_BLOCKS = 8
-PRESSURE_BLOCKS = 22
-ACTIVE_BLOCKS = 20
+PATH_A = on_lane(Lane.engine, "path-a-restore")
+HARD = on_lane(Lane.engine, "hard-refusal")
+CLAIM_BLOCKS = PATH_A.resident_blocks
+CAPACITY_CLAIM_BLOCKS = HARD.resident_blocks
+PRESSURE_BLOCKS = PATH_A.active_blocks - 1
+"""The pressure request's prompt blocks: with its decode block it needs the seed case's live blocks."""
+ACTIVE_BLOCKS = HARD.active_blocks - 1
+"""The capacity cases' active prompt blocks (plus one decode block: the case's live blocks)."""
 TAIL_TOKENS = 5
 
 
-@dataclass(frozen=True)
-class Expectation:
-    """What refinement must say. `outcome` is `accepted` or `rejected` (then `rule`);
-    `not_evidenced_for` lists claims for which an accepted control's evidence must contain no
-    `offload_restorability` / `restoration_failure_outcome` item (and `no_failure_outcome`
-    forbids any restoration-failure evidence at all)."""
-
-    outcome: str = "accepted"
-    rule: str | None = None
-    not_evidenced_for: tuple[str, ...] = ()
-    no_failure_outcome: bool = False
-
-
-@dataclass(frozen=True)
-class EngineScenario:
-    name: str
-    summary: str
-    run: Callable[[EngineLane, Path], dict[str, Any]]
-    expect: Expectation = field(default_factory=Expectation)
-
-    @property
-    def control(self) -> bool:
-        return self.name.startswith("control-")
-
-
-ENGINE_SCENARIOS: dict[str, EngineScenario] = {}
+ENGINE_SCENARIOS: dict[str, Scenario] = {}
 
 PATH_GATES: dict[str, str] = {
     "path-a-restore": "restore before reuse (path A)",
@@ -77,7 +56,7 @@ def _scenario(
     def register(
         run: Callable[[EngineLane, Path], dict[str, Any]],
     ) -> Callable[[EngineLane, Path], dict[str, Any]]:
-        ENGINE_SCENARIOS[name] = EngineScenario(name, summary, run, expect or Expectation())
+        ENGINE_SCENARIOS[name] = Scenario(name, summary, run, expect or Expectation())
         return run
 
     return register
@@ -164,6 +143,13 @@ def _restoration(run: ScenarioRun, events: list[Any], name: str, claim_id: str) 
     }
 
 
+def _seed_case(case: SeedCase, run: ScenarioRun, events: list[Any], **names: str) -> dict[str, Any]:
+    """`seed_cases.NUMBERS` for `case` from this run's trace; `names` maps `active` / `reuser`
+    to the scenario's request names (the trace carries vLLM's internal ids)."""
+    dumped = [e.model_dump(mode="json") for e in events]
+    return trace_numbers(case, dumped, **{role: _rid(run, name) for role, name in names.items()})
+
+
 def _counts(events: list[Any]) -> dict[str, int]:
     kinds = (
         "resident_claim_accepted",
@@ -225,7 +211,12 @@ def _write_registry(lane: EngineLane, run: ScenarioRun, claims: list[tuple[str, 
 @_scenario("path-a-restore", "offloadable claim offloaded to the CPU tier, restored before a satisfied reuse")
 def path_a(lane: EngineLane, trace: Path) -> dict[str, Any]:
     run, events, _ = _offload_restore(lane, trace, capture=True)
-    return {**_counts(events), **_restoration(run, events, "reuse", "claim:A"), "engine_steps": run.steps}
+    return {
+        **_counts(events),
+        **_restoration(run, events, "reuse", "claim:A"),
+        "engine_steps": run.steps,
+        "seed_case": _seed_case(PATH_A, run, events, reuser="reuse"),
+    }
 
 
 @_scenario(
@@ -241,6 +232,7 @@ def path_b(lane: EngineLane, trace: Path) -> dict[str, Any]:
         "failure_to_outcome_ns": _failure_latencies(events),
         "scheduler_to_outcome_ns": _failure_latencies(events, "scheduler_received_mono_ns"),
         "engine_steps": run.steps,
+        "seed_case": _seed_case(on_lane(Lane.engine, "path-b-restore-failure"), run, events, reuser="reuse"),
     }
 
 
@@ -326,46 +318,39 @@ def restore_logits(lane: EngineLane, trace: Path) -> dict[str, Any]:
 
 
 def _capacity(
-    lane: EngineLane, trace: Path, mode: str, **claim_extra: Any
+    lane: EngineLane, trace: Path, case: SeedCase, **claim_extra: Any
 ) -> tuple[ScenarioRun, list[Any], list[int]]:
+    """The seed case's claim over its resident prefix, computed; then its active request (its
+    live blocks less the decode block as prompt); a hard claim's prefix is then reused."""
+    assert case.mode is not None and case.claim_id is not None
     lane.begin(trace)
-    extra = claim(f"claim:{mode}", mode, CAPACITY_CLAIM_BLOCKS, **claim_extra)
-    tokens = _source(lane, "resident", "resident", CAPACITY_CLAIM_BLOCKS, extra)
-    lane.submit("active", engine_prompt("active", ACTIVE_BLOCKS * BLOCK))
-    if mode == "hard_protected":
-        lane.submit("reuse", tokens + engine_prompt("reuse:tail", 7), claim=attach(f"claim:{mode}"))
+    extra = claim(case.claim_id, case.mode, case.resident_blocks, **claim_extra)
+    tokens = _source(lane, "resident", "resident", case.resident_blocks, extra)
+    lane.submit("active", engine_prompt("active", (case.active_blocks - 1) * BLOCK))
+    if case.mode == "hard_protected":
+        lane.submit("reuse", tokens + engine_prompt("reuse:tail", 7), claim=attach(case.claim_id))
     run = lane.end()
     return run, _events(run), tokens
-
-
-def _proof(event: Any) -> dict[str, Any]:
-    return {
-        "blocking_claim_ids": list(event.blocking_claim_ids),
-        "protected_resident_blocks": event.protected_resident_blocks,
-        "active_live_blocks_required": event.active_live_blocks_required,
-        "resident_plus_active_blocks": event.resident_plus_active_blocks,
-        "usable_blocks": event.usable_blocks,
-        "capacity_shortfall_blocks": event.capacity_shortfall_blocks,
-    }
 
 
 @_scenario(
     "hard-refusal", "hard claim over 8 blocks; a 20-block prefill is refused (8 + 21 > 23) with the proof"
 )
 def hard_refusal(lane: EngineLane, trace: Path) -> dict[str, Any]:
-    run, events, _ = _capacity(lane, trace, "hard_protected")
+    run, events, _ = _capacity(lane, trace, HARD)
     refused = _of(events, "active_request_refused", request_id=_rid(run, "active"))
     reused = _of(events, "request_reused", request_id=_rid(run, "reuse"))
     done = run.finished["active"]
     return {
         **_counts(events),
         "active_refused": bool(refused),
-        **(_proof(refused[0]) if refused else {}),
+        **(recorded_proof(refused[0]) if refused else {}),
         "active_finish_reason": done.finish_reason,
         "active_stop_reason": done.stop_reason,
         "reuse_cached_blocks": reused[0].cached_blocks if reused else None,
         "reuse_satisfied": reused[0].predicate_satisfied if reused else None,
         "reuse_num_cached_tokens": run.finished["reuse"].num_cached_tokens,
+        "seed_case": _seed_case(HARD, run, events, active="active"),
     }
 
 
@@ -373,16 +358,22 @@ def hard_refusal(lane: EngineLane, trace: Path) -> dict[str, Any]:
     "demote-before-loss", "demotable claim demoted to admit the 20-block prefill; its loss is post-release"
 )
 def demote_before_loss(lane: EngineLane, trace: Path) -> dict[str, Any]:
-    run, events, _ = _capacity(lane, trace, "demotable")
+    case = on_lane(Lane.engine, "demote-before-loss")
+    run, events, _ = _capacity(lane, trace, case)
     demoted = _of(events, "resident_claim_demoted")
-    removed = _of(events, "block_removed", claim_id="claim:demotable")
+    removed = _of(events, "block_removed", claim_id=case.claim_id)
     return {
         **_counts(events),
         "claim_demoted": bool(demoted),
         "demoted_before_first_loss": bool(demoted) and bool(removed) and demoted[0].seq < removed[0].seq,
         "claim_blocks_lost_after_demotion": len(removed),
         "active_finish_reason": run.finished["active"].finish_reason,
+        "seed_case": _seed_case(case, run, events, active="active"),
     }
+
+
+EXPIRY_STEPS = 8
+"""How long the expiring case's claim lives here (engine steps, this lane's time unit)."""
 
 
 @_scenario(
@@ -390,11 +381,12 @@ def demote_before_loss(lane: EngineLane, trace: Path) -> dict[str, Any]:
     "expiring claim (8 steps) defers the prefill until it expires; its loss is post-expiry",
 )
 def expire_before_loss(lane: EngineLane, trace: Path) -> dict[str, Any]:
-    run, events, _ = _capacity(lane, trace, "expiring", duration_steps=8)
+    case = on_lane(Lane.engine, "expire-before-loss")
+    run, events, _ = _capacity(lane, trace, case, duration_steps=EXPIRY_STEPS)
     expired = _of(events, "resident_claim_expired")
     deferred = _of(events, "active_request_deferred", request_id=_rid(run, "active"))
     admitted = _of(events, "active_request_admitted", request_id=_rid(run, "active"))
-    removed = _of(events, "block_removed", claim_id="claim:expiring")
+    removed = _of(events, "block_removed", claim_id=case.claim_id)
     return {
         **_counts(events),
         "claim_expired_at_step": (expired[0].model_extra or {}).get("engine_step") if expired else None,
@@ -403,6 +395,7 @@ def expire_before_loss(lane: EngineLane, trace: Path) -> dict[str, Any]:
         "expired_before_first_loss": bool(expired) and bool(removed) and expired[0].seq < removed[0].seq,
         "claim_blocks_lost_after_expiry": len(removed),
         "active_finish_reason": run.finished["active"].finish_reason,
+        "seed_case": _seed_case(case, run, events, active="active"),
     }
 
 
@@ -548,7 +541,7 @@ def run_engine_scenario(lane: EngineLane, name: str, trace_path: Path) -> Scenar
 
 
 def judge(
-    scenario: EngineScenario, outcome: str, rule: str | None, evidence: list[tuple[str, list[str]]]
+    scenario: Scenario, outcome: str, rule: str | None, evidence: list[tuple[str, list[str]]]
 ) -> str | None:
     """Why refinement's answer (`outcome`, `rule`, and the `(obligation, claim ids)` of the
     evidence an accepted trace exports) is not what the scenario expects; None when it is."""

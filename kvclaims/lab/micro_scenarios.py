@@ -16,10 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvclaims.microruntime.arbiter import CapacityProof
+from kvclaims.lab.seed_cases import BY_NAME, SWEEP_POOLS, SeedCase, recorded_proof, trace_numbers
 from kvclaims.microruntime.inputs import ClaimSpec, RequestKind, RequestSpec, validate_inputs
 from kvclaims.microruntime.policies import POLICIES, Policy
-from kvclaims.microruntime.replay import ReplayViolation, replay_events
 from kvclaims.microruntime.runtime import (
     FaultKind,
     LifecycleBug,
@@ -27,7 +26,9 @@ from kvclaims.microruntime.runtime import (
     MicroRuntime,
     RequestOutcome,
 )
-from kvclaims.microruntime.tracing import TraceBuffer
+from kvclaims.microruntime.tracing import TraceBuffer, encode_trace
+from kvclaims.refinement.api import check_bytes
+from kvclaims.spec.capacity import CapacityProof
 from kvclaims.spec.errors import InputError, Problem
 from kvclaims.spec.vocabulary import ProtectionMode
 from kvclaims.statemachine.ledger import ConflictAction
@@ -60,15 +61,18 @@ class ScenarioResult:
     summary: dict[str, Any] = field(default_factory=dict)
 
     def trace_checks(self) -> dict[str, str]:
-        """Each run's verdict from the lifecycle replay: 'accepted' or 'rejected: ...'."""
+        """Each run's refinement verdict: 'accepted', 'rejected: [rule] line N: message', or
+        'inconclusive: ...' / 'invalid: ...' with the checker's reason."""
         verdicts = {}
         for run in self.runs:
-            try:
-                replay_events(run.header, run.events)
-            except ReplayViolation as violation:
-                verdicts[run.label] = f"rejected: {violation}"
-            else:
+            verdict = check_bytes(encode_trace(run.header, run.events), name=run.label)
+            found = verdict.counterexample
+            if found is not None:
+                verdicts[run.label] = f"rejected: [{found.rule.value}] line {found.line}: {found.message}"
+            elif verdict.outcome.value == "accepted":
                 verdicts[run.label] = "accepted"
+            else:
+                verdicts[run.label] = f"{verdict.outcome.value}: {verdict.reason}"
         return verdicts
 
 
@@ -141,17 +145,7 @@ def _refusal(session: _Session) -> dict[str, Any] | None:
 
 
 def _proof_of(event: dict[str, Any] | None) -> dict[str, Any] | None:
-    if event is None:
-        return None
-    keys = (
-        "blocking_claim_ids",
-        "protected_resident_blocks",
-        "active_live_blocks_required",
-        "resident_plus_active_blocks",
-        "usable_blocks",
-        "capacity_shortfall_blocks",
-    )
-    return {key: event[key] for key in keys}
+    return None if event is None else recorded_proof(event)
 
 
 # ---------------------------------------------------------------------- 60 / 70 / 80
@@ -161,22 +155,25 @@ ACTIVE = "bulky-active"
 
 
 def _resident_active(
-    label: str, usable: int, policy: Policy, mode: ProtectionMode = M.hard_protected, **claim: Any
+    label: str, case: SeedCase, policy: Policy, runtime: type[MicroRuntime] = MicroRuntime
 ) -> tuple[_Session, RequestOutcome]:
-    """The seed 001 2.3 case: a 60-block resident claim, then a 70-block active request."""
-    session = _Session(label, usable, policy)
-    session.rt.submit_claim(ClaimSpec("claim:resident", RESIDENT, mode, 60, 60, **claim))
-    session.prefill("resident-prefill", RESIDENT, 60)
-    return session, session.rt.run_request(RequestSpec("active", ACTIVE, 70))
+    """The seed 001 2.3 case in `case`'s numbers: a claimed resident prefix (stock policies
+    reject the claim), then the active request."""
+    session = _Session(label, case.usable_blocks, policy, runtime)
+    mode = M(case.mode or M.hard_protected)
+    blocks = case.resident_blocks
+    session.rt.submit_claim(ClaimSpec(case.claim_id or "claim:resident", RESIDENT, mode, blocks, blocks))
+    session.prefill("resident-prefill", RESIDENT, blocks)
+    return session, session.rt.run_request(RequestSpec("active", ACTIVE, case.active_blocks))
 
 
-def _resident_numbers(session: _Session, outcome: RequestOutcome) -> dict[str, Any]:
-    surviving, leading = session.rt.residency(RESIDENT, 60)
+def _resident_numbers(session: _Session, outcome: RequestOutcome, case: SeedCase) -> dict[str, Any]:
+    surviving, leading = session.rt.residency(RESIDENT, case.resident_blocks)
     counts = session.buffer.counts()
     return {
         "usable_blocks": session.rt.pool.usable,
         "active_outcome": outcome.value,
-        "resident_blocks_evicted": 60 - surviving,
+        "resident_blocks_evicted": case.resident_blocks - surviving,
         "resident_blocks_remaining": surviving,
         "resident_leading_blocks": leading,
         "claims_accepted": counts["resident_claim_accepted"],
@@ -185,46 +182,55 @@ def _resident_numbers(session: _Session, outcome: RequestOutcome) -> dict[str, A
     }
 
 
+def _case(name: str, usable: int | None = None) -> SeedCase:
+    """Seed case `name` of the catalogue, on `usable` blocks if given."""
+    case = BY_NAME[name]
+    return case if usable is None else dataclasses.replace(case, usable_blocks=_pool(usable, usable))
+
+
 def run_resident_active(
     label: str, usable: int, policy: Policy, mode: ProtectionMode = M.hard_protected
 ) -> tuple[ScenarioRun, dict[str, Any]]:
-    """The seed 001 2.3 case run once on a fresh runtime: its trace and what it measured (the
-    scenarios' resident numbers plus the claim's final `claim_phase`)."""
-    session, outcome = _resident_active(label, usable, policy, mode)
+    """The seed 001 2.3 case run once on a fresh runtime with a claim of `mode` on `usable`
+    blocks: its trace and what it measured (the scenarios' resident numbers plus the claim's
+    final `claim_phase`)."""
+    case = dataclasses.replace(BY_NAME["hard-60-70-80"], mode=mode.value, usable_blocks=usable)
+    session, outcome = _resident_active(label, case, policy)
     phase = session.rt.claims["claim:resident"].phase
-    numbers = _resident_numbers(session, outcome) | {"claim_phase": str(phase)}
+    numbers = _resident_numbers(session, outcome, case) | {"claim_phase": str(phase)}
     return session.done(), numbers
 
 
 def native_60_70_80(usable: int | None) -> ScenarioResult:
-    session, outcome = _resident_active("native-60-70-80", _pool(usable, 80), POLICIES["native_lru"])
+    case = _case("native-60-70-80", usable)
+    session, outcome = _resident_active("native-60-70-80", case, POLICIES["native_lru"])
     result = ScenarioResult(
         "native-60-70-80", "native LRU serves the active request by evicting residents", False
     )
     result.runs.append(session.done())
-    result.summary = _resident_numbers(session, outcome)
+    result.summary = _resident_numbers(session, outcome, case)
     return result
 
 
 def hard_claim_60_70_80(usable: int | None) -> ScenarioResult:
-    session, outcome = _resident_active("hard-claim-60-70-80", _pool(usable, 80), POLICIES["hard_protected"])
+    case = _case("hard-60-70-80", usable)
+    session, outcome = _resident_active("hard-claim-60-70-80", case, POLICIES["hard_protected"])
     result = ScenarioResult(
         "hard-claim-60-70-80", "an accepted hard claim turns eviction into refusal", False
     )
     result.runs.append(session.done())
-    result.summary = _resident_numbers(session, outcome) | {"arbiter": session.rt.arbiter_log}
+    result.summary = _resident_numbers(session, outcome, case) | {"arbiter": session.rt.arbiter_log}
     return result
 
 
 def soft_priority_60_70_80(usable: int | None) -> ScenarioResult:
-    session, outcome = _resident_active(
-        "soft-priority-60-70-80", _pool(usable, 80), POLICIES["soft_priority"], M.soft_priority
-    )
+    case = dataclasses.replace(_case("hard-60-70-80", usable), mode=M.soft_priority.value)
+    session, outcome = _resident_active("soft-priority-60-70-80", case, POLICIES["soft_priority"])
     result = ScenarioResult(
         "soft-priority-60-70-80", "soft priority ranks victims; it does not exclude them", False
     )
     result.runs.append(session.done())
-    result.summary = _resident_numbers(session, outcome) | {
+    result.summary = _resident_numbers(session, outcome, case) | {
         "claim_lost_events": session.buffer.counts()["resident_claim_lost"]
     }
     return result
@@ -252,8 +258,12 @@ def arbiter_actions(usable: int | None) -> ScenarioResult:
     return result
 
 
-SWEEP_POOLS = (80, 90, 100, 110, 120, 130, 150)
-SWEEP_POLICIES = ("native_lru", "write_no_admit", "hard_protected")
+SWEEP_POLICIES = {
+    "native_lru": "sweep-native",
+    "write_no_admit": "sweep-native",
+    "hard_protected": "sweep-hard",
+}
+"""Each policy of the sweep and the seed cases whose inputs it runs (`<case>-<pool>`)."""
 
 
 def capacity_sweep(usable: int | None) -> ScenarioResult:
@@ -264,10 +274,11 @@ def capacity_sweep(usable: int | None) -> ScenarioResult:
     )
     rows = []
     for pool in SWEEP_POOLS:
-        for name in SWEEP_POLICIES:
-            session, outcome = _resident_active(f"{name}-{pool}", pool, POLICIES[name])
+        for name, case_name in SWEEP_POLICIES.items():
+            case = BY_NAME[f"{case_name}-{pool}"]
+            session, outcome = _resident_active(f"{name}-{pool}", case, POLICIES[name])
             result.runs.append(session.done())
-            numbers = _resident_numbers(session, outcome)
+            numbers = _resident_numbers(session, outcome, case)
             proof = numbers["capacity_proof"]
             rows.append(
                 {
@@ -442,9 +453,8 @@ def write_no_admit(usable: int | None) -> ScenarioResult:
 
 
 def demote_before_loss(usable: int | None) -> ScenarioResult:
-    session, outcome = _resident_active(
-        "demote-before-loss", _pool(usable, 80), POLICIES["demotable"], M.demotable
-    )
+    case = _case("demote-before-loss", usable)
+    session, outcome = _resident_active("demote-before-loss", case, POLICIES["demotable"])
     result = ScenarioResult(
         "demote-before-loss", "demotion precedes loss: post-release loss is not harm (L4)", False
     )
@@ -454,21 +464,35 @@ def demote_before_loss(usable: int | None) -> ScenarioResult:
         "active_outcome": outcome.value,
         "claim_demoted_events": counts["resident_claim_demoted"],
         "claim_harm_events": counts["resident_claim_harmed"],
-        "post_release_block_losses": _removed_for(session, "claim:resident", "resident_claim_demoted"),
+        "post_release_block_losses": _removed_for(session, case.claim_id, "resident_claim_demoted"),
     }
     return result
 
 
-def expire_before_loss(usable: int | None) -> ScenarioResult:
-    session = _Session("expire-before-loss", _pool(usable, 80), POLICIES["expiring"])
-    rt = session.rt
-    rt.submit_claim(ClaimSpec("claim:resident", RESIDENT, M.expiring, 60, 60, duration_steps=3))
-    session.prefill("resident-prefill", RESIDENT, 60)
+EXPIRY_TICKS = 3
+"""How long the expiring seed cases' claims live on the MicroRuntime (ticks, its time unit)."""
+
+
+def _expiring(label: str, case: SeedCase) -> tuple[_Session, RequestOutcome]:
+    """An expiring claim on the resident prefix; the active request is deferred until the
+    claim expires, then admitted and finished."""
+    session = _Session(label, case.usable_blocks, POLICIES["expiring"])
+    rt, blocks = session.rt, case.resident_blocks
+    claim = ClaimSpec(case.claim_id, RESIDENT, M.expiring, blocks, blocks, duration_steps=EXPIRY_TICKS)
+    rt.submit_claim(claim)
+    session.prefill("resident-prefill", RESIDENT, blocks)
     rt.tick()
-    first = rt.submit_request(RequestSpec("active", ACTIVE, 70))
+    first = rt.submit_request(RequestSpec("active", ACTIVE, case.active_blocks))
     while "active" in rt.pending:
         rt.tick()
     rt.finish_request("active")
+    return session, first
+
+
+def expire_before_loss(usable: int | None) -> ScenarioResult:
+    case = _case("expire-before-loss", usable)
+    session, first = _expiring("expire-before-loss", case)
+    rt = session.rt
     result = ScenarioResult(
         "expire-before-loss", "expiry precedes loss: post-expiry loss is not harm (L5)", False
     )
@@ -477,11 +501,11 @@ def expire_before_loss(usable: int | None) -> ScenarioResult:
     result.summary = {
         "first_outcome": first.value,
         "deferrals_before_expiry": counts["active_request_deferred"],
-        "claim_expiry_step": rt.claims["claim:resident"].expires_at,
+        "claim_expiry_step": rt.claims[case.claim_id].expires_at,
         "request_admitted_at_step": rt.step,
         "claim_expired_events": counts["resident_claim_expired"],
         "claim_harm_events": counts["resident_claim_harmed"],
-        "post_expiry_block_losses": _removed_for(session, "claim:resident", "resident_claim_expired"),
+        "post_expiry_block_losses": _removed_for(session, case.claim_id, "resident_claim_expired"),
         "first_deferral_proof": _proof_of(session.events("active_request_deferred")[0]),
     }
     return result
@@ -511,17 +535,25 @@ def materialization_failure(usable: int | None) -> ScenarioResult:
     return result
 
 
-def live_scheduler_pressure(usable: int | None) -> ScenarioResult:
-    """Seed 001 table 10's shape: 40 protected + 46 active against a 68-block pool."""
+def _deferring(label: str, case: SeedCase) -> tuple[_Session, RequestOutcome]:
+    """A hard claim whose conflicts are deferred once, then refused: the active request is
+    deferred, and refused at the next tick."""
     policy = _policy(
         "hard_protected", conflict_actions=(ConflictAction.defer, ConflictAction.refuse), max_deferrals=1
     )
-    session = _Session("live-scheduler-pressure", _pool(usable, 68), policy)
-    rt = session.rt
-    rt.submit_claim(ClaimSpec("claim:live-resident", "live-resident", M.hard_protected, 40, 40))
-    session.prefill("resident-prefill", "live-resident", 40)
-    first = rt.submit_request(RequestSpec("active", "live-active", 46))
+    session = _Session(label, case.usable_blocks, policy)
+    rt, blocks = session.rt, case.resident_blocks
+    rt.submit_claim(ClaimSpec(case.claim_id, RESIDENT, M.hard_protected, blocks, blocks))
+    session.prefill("resident-prefill", RESIDENT, blocks)
+    first = rt.submit_request(RequestSpec("active", ACTIVE, case.active_blocks))
     rt.tick()
+    return session, first
+
+
+def live_scheduler_pressure(usable: int | None) -> ScenarioResult:
+    """Seed 001 table 10's shape: 40 protected + 46 active against a 68-block pool."""
+    session, first = _deferring("live-scheduler-pressure", _case("live-pressure-40-46-68", usable))
+    rt = session.rt
     result = ScenarioResult(
         "live-scheduler-pressure", "deferred, then refused, with the shortfall computed", False
     )
@@ -814,17 +846,15 @@ class _FallbackRecomputeRuntime(MicroRuntime):
 
 
 def control_silent_harm(usable: int | None) -> ScenarioResult:
-    session = _Session(
-        "control-silent-harm", _pool(usable, 80), POLICIES["soft_priority"], _SilentHarmRuntime
+    case = _case("hard-60-70-80", usable)
+    session, outcome = _resident_active(
+        "control-silent-harm", case, POLICIES["soft_priority"], _SilentHarmRuntime
     )
-    session.rt.submit_claim(ClaimSpec("claim:resident", RESIDENT, M.hard_protected, 60, 60))
-    session.prefill("resident-prefill", RESIDENT, 60)
-    outcome = session.rt.run_request(RequestSpec("active", ACTIVE, 70))
     result = ScenarioResult(
         "control-silent-harm", "a hard claim lowered to priority loses blocks and reports nothing", True
     )
     result.runs.append(session.done(check_end=False))
-    result.summary = _resident_numbers(session, outcome)
+    result.summary = _resident_numbers(session, outcome, case)
     return result
 
 
@@ -862,6 +892,42 @@ def control_fallback_recompute(usable: int | None) -> ScenarioResult:
     result.runs.append(session.done(check_end=False))
     result.summary = {"reuse": session.events("request_reused")}
     return result
+
+
+# ---------------------------------------------------------------------- the seed cases
+
+
+def _offload_path(label: str, case: SeedCase) -> _Session:
+    """Seed 000 paths A and B: an offloadable claim, computed; the pressure request offloads
+    it; a reuser restores it (path A) or its restoration fails (path B)."""
+    session = _Session(label, case.usable_blocks, POLICIES["offloadable"])
+    rt, blocks = session.rt, case.resident_blocks
+    rt.submit_claim(ClaimSpec(case.claim_id, RESIDENT, M.offloadable, blocks, blocks))
+    session.prefill("resident-prefill", RESIDENT, blocks)
+    rt.run_request(RequestSpec("active", ACTIVE, case.active_blocks))
+    if case.restore_fails:
+        rt.inject_fault(FaultKind.restore_failure, case.claim_id)
+    rt.run_request(RequestSpec("reuse", RESIDENT, blocks, reuse_claim=case.claim_id))
+    return session
+
+
+def seed_case_numbers(case: SeedCase) -> dict[str, Any]:
+    """Run seed case `case` on a fresh MicroRuntime; the `seed_cases.NUMBERS` it measured."""
+    label = f"seed-case/{case.name}"
+    if case.mode == M.offloadable:
+        session = _offload_path(label, case)
+        return trace_numbers(case, session.done().events, reuser="reuse")
+    if case.mode == M.expiring:
+        session, _ = _expiring(label, case)
+    elif case.defer:
+        session, _ = _deferring(label, case)
+    else:
+        session, _ = _resident_active(label, case, POLICIES[case.mode or "native_lru"])
+    surviving, leading = session.rt.residency(RESIDENT, case.resident_blocks)
+    return trace_numbers(case, session.done().events, active="active") | {
+        "resident_blocks_evicted": case.resident_blocks - surviving,
+        "resident_leading_blocks_after": leading,
+    }
 
 
 # ---------------------------------------------------------------------- registry

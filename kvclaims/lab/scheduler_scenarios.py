@@ -12,7 +12,6 @@ Every other scenario's trace must be accepted.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,14 +19,20 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from kvclaims.lab.seed_cases import (
+    BY_NAME,
+    SWEEP_POOLS,
+    Lane,
+    SeedCase,
+    on_lane,
+    recorded_proof,
+    trace_numbers,
+)
 from kvclaims.spec.trace import TraceEvent
 from kvclaims.vllm_binding.config import BindingConfig
 
 BLOCK = 16
 """Tokens per block in every scenario (the seeds' 16-token blocks)."""
-
-SWEEP_CAPACITIES: tuple[int, ...] = tuple(range(80, 151, 10))
-"""Usable pools of the 60-resident / 70-active capacity sweep."""
 
 _EVENTS: TypeAdapter[Any] = TypeAdapter(TraceEvent)
 
@@ -42,10 +47,28 @@ class ScenarioResult:
 
 
 @dataclass(frozen=True)
+class Expectation:
+    """What refinement must say of a vLLM lane scenario's trace. `outcome` is `accepted` or
+    `rejected` (then `rule`); `not_evidenced_for` lists claims for which an accepted control's
+    evidence must contain no `offload_restorability` / `restoration_failure_outcome` item (and
+    `no_failure_outcome` forbids any restoration-failure evidence at all)."""
+
+    outcome: str = "accepted"
+    rule: str | None = None
+    not_evidenced_for: tuple[str, ...] = ()
+    no_failure_outcome: bool = False
+
+
+@dataclass(frozen=True)
 class Scenario:
+    """A named scenario of a vLLM lane: `run` drives the lane (the scheduler lane's runs take
+    the trace path, the engine lane's the engine and the trace path), writes one trace and
+    returns what it measured."""
+
     name: str
     summary: str
-    run: Callable[[Path], dict[str, Any]]
+    run: Callable[..., dict[str, Any]]
+    expect: Expectation = field(default_factory=Expectation)
 
     @property
     def control(self) -> bool:
@@ -130,15 +153,11 @@ def _finish(lane: Any, request_id: str) -> tuple[str | None, str | None]:
     return str(done.finish_reason), stop
 
 
-def _proof(event: Any) -> dict[str, Any]:
-    return {
-        "blocking_claim_ids": list(event.blocking_claim_ids),
-        "protected_resident_blocks": event.protected_resident_blocks,
-        "active_live_blocks_required": event.active_live_blocks_required,
-        "resident_plus_active_blocks": event.resident_plus_active_blocks,
-        "usable_blocks": event.usable_blocks,
-        "capacity_shortfall_blocks": event.capacity_shortfall_blocks,
-    }
+def _seed_case(case: SeedCase, events: list[Any], **lane_measured: Any) -> dict[str, Any]:
+    """`seed_cases.NUMBERS` for `case`: from this trace's events (the active request is
+    `active`), plus what this lane measured in vLLM's cache."""
+    dumped = [e.model_dump(mode="json") for e in events]
+    return trace_numbers(case, dumped, active="active") | lane_measured
 
 
 def _claim_counts(events: list[Any]) -> dict[str, int]:
@@ -150,46 +169,57 @@ def _claim_counts(events: list[Any]) -> dict[str, int]:
 
 # -- the seed's 60 / 70 / 80 case and its capacity sweep --------------------------------------
 
-RESIDENT_BLOCKS, ACTIVE_BLOCKS = 60, 70
+HARD = BY_NAME["hard-60-70-80"]
+"""The 60 / 70 / 80 inputs the scenarios beyond the catalogue reuse."""
 
 
-def native_60_70(trace: Path, usable: int) -> dict[str, Any]:
-    """Stock vLLM: a 60-block resident prefix, then a 70-block active prefill."""
+def native_60_70(trace: Path, case: SeedCase) -> dict[str, Any]:
+    """Stock vLLM: a resident prefix, then an active prefill (the case's blocks and pool)."""
     from kvclaims.lab.scheduler_lane import NativeObserver
 
+    usable = case.usable_blocks
     lane = _lane(usable, None)
     observer = NativeObserver(lane, trace, f"vllm 0.32.0 stock Scheduler, usable {usable} (observed)")
-    resident = _prompt("resident", RESIDENT_BLOCKS)
+    resident = _prompt("resident", case.resident_blocks)
     lane.add("resident", resident)
     lane.run()
-    stored = observer.watch("resident", RESIDENT_BLOCKS)
-    lane.add("active", _prompt("active", ACTIVE_BLOCKS))
+    stored = observer.watch("resident", case.resident_blocks)
+    lane.add("active", _prompt("active", case.active_blocks))
     lane.run()
     leading_after = lane.cached_leading_blocks(resident)
     lane.close()
     events = read_events(trace)
+    finish = _finish(lane, "active")[0]
     return {
         "usable_blocks": usable,
         "resident_blocks_cached": stored,
-        "active_blocks": ACTIVE_BLOCKS,
-        "active_finish_reason": _finish(lane, "active")[0],
+        "active_blocks": case.active_blocks,
+        "active_finish_reason": finish,
         "resident_blocks_evicted": len(_of(events, "block_removed")),
         "resident_leading_blocks_after": leading_after,
         **_claim_counts(events),
+        "seed_case": _seed_case(
+            case,
+            events,
+            active_outcome="admitted" if finish == "length" else finish,
+            resident_blocks_evicted=len(_of(events, "block_removed")),
+            resident_leading_blocks_after=leading_after,
+        ),
     }
 
 
-def hard_60_70(trace: Path, usable: int, *, async_scheduling: bool = False) -> dict[str, Any]:
+def hard_60_70(trace: Path, case: SeedCase, *, async_scheduling: bool = False) -> dict[str, Any]:
     """The binding: the resident prefix is a hard_protected claim, then the active prefill."""
     binding = _binding(trace, protected_fraction=0.75, owner_protected_fraction=0.75)
-    lane = _lane(usable, binding, async_scheduling=async_scheduling)
-    resident = _prompt("resident", RESIDENT_BLOCKS)
-    lane.add("resident", resident, extra_args=_claim("claim:resident", "hard_protected", RESIDENT_BLOCKS))
+    lane = _lane(case.usable_blocks, binding, async_scheduling=async_scheduling)
+    resident = _prompt("resident", case.resident_blocks)
+    claim_id = case.claim_id or "claim:resident"
+    lane.add("resident", resident, extra_args=_claim(claim_id, "hard_protected", case.resident_blocks))
     lane.run()
-    lane.add("active", _prompt("active", ACTIVE_BLOCKS))
+    lane.add("active", _prompt("active", case.active_blocks))
     lane.run()
     leading_after = lane.cached_leading_blocks(resident)
-    lane.add("reuse", resident + _prompt("reuse", 1), extra_args={"kvclaims_claim_id": "claim:resident"})
+    lane.add("reuse", resident + _prompt("reuse", 1), extra_args={"kvclaims_claim_id": claim_id})
     lane.run()
     lane.close()
     events = read_events(trace)
@@ -197,42 +227,48 @@ def hard_60_70(trace: Path, usable: int, *, async_scheduling: bool = False) -> d
     reused = _of(events, "request_reused")
     finish, stop = _finish(lane, "active")
     return {
-        "usable_blocks": usable,
+        "usable_blocks": case.usable_blocks,
         "active_refused": bool(refused),
         "active_finish_reason": finish,
         "active_stop_reason": stop,
-        **(_proof(refused[0]) if refused else {}),
+        **(recorded_proof(refused[0]) if refused else {}),
         "resident_leading_blocks_after": leading_after,
         "reuse_cached_blocks": reused[0].cached_blocks if reused else None,
         "reuse_predicate_satisfied": reused[0].predicate_satisfied if reused else None,
         **_claim_counts(events),
+        "seed_case": _seed_case(
+            case,
+            events,
+            active_outcome="refused" if refused else "admitted",
+            resident_leading_blocks_after=leading_after,
+        ),
     }
 
 
 _scenario(
     "native-60-70-80",
     "stock vLLM: 60-block resident prefix, 70-block active prefill, 80 usable: resident eviction, no claim",
-)(lambda trace: native_60_70(trace, 80))
+)(lambda trace: native_60_70(trace, BY_NAME["native-60-70-80"]))
 _scenario(
     "hard-60-70-80",
     "binding: hard claim over the 60 resident blocks; the 70-block prefill is refused (130 > 80)",
-)(lambda trace: hard_60_70(trace, 80))
+)(lambda trace: hard_60_70(trace, HARD))
 _scenario("hard-60-70-80-async", "hard-60-70-80 on ClaimAsyncScheduler (async scheduling)")(
-    lambda trace: hard_60_70(trace, 80, async_scheduling=True)
+    lambda trace: hard_60_70(trace, HARD, async_scheduling=True)
 )
-for _capacity in SWEEP_CAPACITIES:
+for _capacity in SWEEP_POOLS:
     _scenario(f"sweep-native-{_capacity}", f"capacity sweep, stock vLLM, {_capacity} usable blocks")(
-        lambda trace, c=_capacity: native_60_70(trace, c)
+        lambda trace, c=_capacity: native_60_70(trace, BY_NAME[f"sweep-native-{c}"])
     )
     _scenario(
         f"sweep-hard-{_capacity}", f"capacity sweep, binding with a hard claim, {_capacity} usable blocks"
-    )(lambda trace, c=_capacity: hard_60_70(trace, c))
+    )(lambda trace, c=_capacity: hard_60_70(trace, BY_NAME[f"sweep-hard-{c}"]))
 
 
 def capacity_sweep(out_dir: Path) -> list[dict[str, Any]]:
     """Both policies at every sweep capacity; one row per capacity."""
     rows = []
-    for capacity in SWEEP_CAPACITIES:
+    for capacity in SWEEP_POOLS:
         native = run_scenario(f"sweep-native-{capacity}", out_dir / f"sweep-native-{capacity}.ndjson").numbers
         hard = run_scenario(f"sweep-hard-{capacity}", out_dir / f"sweep-hard-{capacity}.ndjson").numbers
         rows.append(
@@ -252,7 +288,7 @@ def capacity_sweep(out_dir: Path) -> list[dict[str, Any]]:
 # -- the live-scheduler pressure case (seed 001: 40 resident + 46 active) -------------------
 
 
-def live_pressure(trace: Path, *, async_scheduling: bool = False) -> dict[str, Any]:
+def live_pressure(trace: Path, case: SeedCase, *, async_scheduling: bool = False) -> dict[str, Any]:
     """A 40-block hard claim and a 46-block active request against a 68-block pool: deferred
     (hard claims configured to defer, at most 3 steps), then refused with shortfall 18."""
     binding = _binding(
@@ -262,14 +298,14 @@ def live_pressure(trace: Path, *, async_scheduling: bool = False) -> dict[str, A
         conflict_actions={"hard_protected": "defer"},
         max_deferral_steps=3,
     )
-    lane = _lane(68, binding, async_scheduling=async_scheduling)
+    lane = _lane(case.usable_blocks, binding, async_scheduling=async_scheduling)
     lane.add(
         "resident",
-        _prompt("live-resident", 40),
-        extra_args=_claim("claim:live-resident", "hard_protected", 40),
+        _prompt("live-resident", case.resident_blocks),
+        extra_args=_claim(case.claim_id, "hard_protected", case.resident_blocks),
     )
     lane.run()
-    lane.add("active", _prompt("live-active", 46))
+    lane.add("active", _prompt("live-active", case.active_blocks))
     lane.run()
     lane.close()
     events = read_events(trace)
@@ -281,86 +317,88 @@ def live_pressure(trace: Path, *, async_scheduling: bool = False) -> dict[str, A
         "active_refused": bool(refused),
         "active_finish_reason": finish,
         "active_stop_reason": stop,
-        **(_proof(refused[0]) if refused else {}),
+        **(recorded_proof(refused[0]) if refused else {}),
         **_claim_counts(events),
+        "seed_case": _seed_case(case, events),
     }
 
 
+_LIVE = on_lane(Lane.scheduler, "live-pressure-40-46")
 _scenario(
     "live-pressure-40-46", "40-block hard claim vs a 46-block request in 68 usable: deferred, then refused"
-)(live_pressure)
+)(lambda trace: live_pressure(trace, _LIVE))
 _scenario("live-pressure-40-46-async", "live-pressure-40-46 on ClaimAsyncScheduler")(
-    lambda trace: live_pressure(trace, async_scheduling=True)
+    lambda trace: live_pressure(trace, _LIVE, async_scheduling=True)
 )
 
 
 # -- demotion and expiry before loss; best-effort loss -------------------------------------
 
 
-def demote_before_loss(trace: Path) -> dict[str, Any]:
-    binding = _binding(trace, protected_fraction=0.75, owner_protected_fraction=0.75)
-    lane = _lane(80, binding)
-    resident = _prompt("resident", RESIDENT_BLOCKS)
-    lane.add("resident", resident, extra_args=_claim("claim:demotable", "demotable", RESIDENT_BLOCKS))
+def _claim_then_active(lane: Any, case: SeedCase, claim: dict[str, Any]) -> int:
+    """`claim` over the case's resident prefix, computed; then the case's active request; then
+    the lane is closed. Returns the resident prefix's leading cached blocks at the end."""
+    resident = _prompt("resident", case.resident_blocks)
+    lane.add("resident", resident, extra_args=claim)
     lane.run()
-    lane.add("active", _prompt("active", ACTIVE_BLOCKS))
+    lane.add("active", _prompt("active", case.active_blocks))
     lane.run()
     leading_after = lane.cached_leading_blocks(resident)
     lane.close()
+    return leading_after
+
+
+def demote_before_loss(trace: Path, case: SeedCase) -> dict[str, Any]:
+    binding = _binding(trace, protected_fraction=0.75, owner_protected_fraction=0.75)
+    lane = _lane(case.usable_blocks, binding)
+    leading_after = _claim_then_active(lane, case, _claim(case.claim_id, "demotable", case.resident_blocks))
     events = read_events(trace)
     demoted = _of(events, "resident_claim_demoted")
-    removed = [e for e in _of(events, "block_removed") if e.claim_id == "claim:demotable"]
+    removed = [e for e in _of(events, "block_removed") if e.claim_id == case.claim_id]
+    finish = _finish(lane, "active")[0]
     return {
         "claim_demoted": bool(demoted),
         "demoted_before_first_loss": bool(demoted) and (not removed or demoted[0].seq < removed[0].seq),
         "claim_blocks_lost_after_demotion": len(removed),
-        "active_finish_reason": _finish(lane, "active")[0],
+        "active_finish_reason": finish,
         "resident_leading_blocks_after": leading_after,
         **_claim_counts(events),
+        "seed_case": _seed_case(case, events, active_outcome="admitted" if finish == "length" else finish),
     }
 
 
-def expire_before_loss(trace: Path, *, async_scheduling: bool = False) -> dict[str, Any]:
+EXPIRY_STEPS = 12
+"""How long the expiring case's claim lives here (engine steps, this lane's time unit)."""
+
+
+def expire_before_loss(trace: Path, case: SeedCase, *, async_scheduling: bool = False) -> dict[str, Any]:
     binding = _binding(trace, protected_fraction=0.75, owner_protected_fraction=0.75)
-    lane = _lane(80, binding, async_scheduling=async_scheduling)
-    resident = _prompt("resident", RESIDENT_BLOCKS)
-    lane.add(
-        "resident",
-        resident,
-        extra_args=_claim("claim:expiring", "expiring", RESIDENT_BLOCKS, duration_steps=12),
-    )
-    lane.run()
-    lane.add("active", _prompt("active", ACTIVE_BLOCKS))
-    lane.run()
-    leading_after = lane.cached_leading_blocks(resident)
-    lane.close()
+    lane = _lane(case.usable_blocks, binding, async_scheduling=async_scheduling)
+    claim = _claim(case.claim_id, "expiring", case.resident_blocks, duration_steps=EXPIRY_STEPS)
+    leading_after = _claim_then_active(lane, case, claim)
     events = read_events(trace)
     expired = _of(events, "resident_claim_expired")
     deferred = _of(events, "active_request_deferred")
     admitted = [e for e in _of(events, "active_request_admitted") if e.request_id == "active"]
-    removed = [e for e in _of(events, "block_removed") if e.claim_id == "claim:expiring"]
+    removed = [e for e in _of(events, "block_removed") if e.claim_id == case.claim_id]
     return {
         "claim_expired_at_step": expired[0].engine_step if expired else None,
         "active_deferred_at_step": deferred[0].engine_step if deferred else None,
         "active_admitted_at_step": admitted[0].engine_step if admitted else None,
-        **(_proof(deferred[0]) if deferred else {}),
+        **(recorded_proof(deferred[0]) if deferred else {}),
         "expired_before_first_loss": bool(expired) and (not removed or expired[0].seq < removed[0].seq),
         "claim_blocks_lost_after_expiry": len(removed),
         "active_finish_reason": _finish(lane, "active")[0],
         "resident_leading_blocks_after": leading_after,
         **_claim_counts(events),
+        "seed_case": _seed_case(case, events),
     }
 
 
 def best_effort_lost(trace: Path) -> dict[str, Any]:
-    lane = _lane(80, _binding(trace))
-    resident = _prompt("resident", RESIDENT_BLOCKS)
-    lane.add("resident", resident, extra_args=_claim("claim:best-effort", "best_effort", RESIDENT_BLOCKS))
-    lane.run()
-    lane.add("active", _prompt("active", ACTIVE_BLOCKS))
-    lane.run()
-    leading_after = lane.cached_leading_blocks(resident)
-    lane.close()
+    lane = _lane(HARD.usable_blocks, _binding(trace))
+    claim = _claim("claim:best-effort", "best_effort", HARD.resident_blocks)
+    leading_after = _claim_then_active(lane, HARD, claim)
     events = read_events(trace)
     lost = _of(events, "resident_claim_lost")
     return {
@@ -375,12 +413,12 @@ def best_effort_lost(trace: Path) -> dict[str, Any]:
 
 _scenario(
     "demote-before-loss", "demotable claim demoted to admit the 70-block prefill; its loss is post-release"
-)(demote_before_loss)
+)(lambda trace: demote_before_loss(trace, BY_NAME["demote-before-loss"]))
 _scenario(
     "expire-before-loss", "expiring claim (12 steps) defers the prefill until it expires; loss is post-expiry"
-)(expire_before_loss)
+)(lambda trace: expire_before_loss(trace, BY_NAME["expire-before-loss"]))
 _scenario("expire-before-loss-async", "expire-before-loss on ClaimAsyncScheduler")(
-    lambda trace: expire_before_loss(trace, async_scheduling=True)
+    lambda trace: expire_before_loss(trace, BY_NAME["expire-before-loss"], async_scheduling=True)
 )
 _scenario("best-effort-lost", "best_effort claim is not protected: its loss is reported as lost, not harm")(
     best_effort_lost
@@ -407,7 +445,7 @@ def defer_until_materialized(trace: Path, *, async_scheduling: bool = False) -> 
     reused = _of(events, "request_reused")
     return {
         "reuser_deferred_at_step": deferred[0].engine_step if deferred else None,
-        **(_proof(deferred[0]) if deferred else {}),
+        **(recorded_proof(deferred[0]) if deferred else {}),
         "claim_materialized_at_step": materialized[0].engine_step if materialized else None,
         "reuser_admitted_at_step": admitted[0].engine_step if admitted else None,
         "reuser_active_live_blocks": admitted[0].active_live_blocks if admitted else None,
@@ -648,11 +686,11 @@ def _unenforced(trace: Path, *, late_demotion: bool) -> dict[str, Any]:
         lane, trace, "vllm 0.32.0 stock Scheduler + external claim registry (no enforcement)"
     )
     mode = "demotable" if late_demotion else "hard_protected"
-    lane.add("resident", _prompt("resident", RESIDENT_BLOCKS))
+    lane.add("resident", _prompt("resident", HARD.resident_blocks))
     lane.run()
-    observer.claim("claim:resident", mode, RESIDENT_BLOCKS)
-    observer.watch("resident", RESIDENT_BLOCKS, claim_id="claim:resident")
-    lane.add("active", _prompt("active", ACTIVE_BLOCKS))
+    observer.claim("claim:resident", mode, HARD.resident_blocks)
+    observer.watch("resident", HARD.resident_blocks, claim_id="claim:resident")
+    lane.add("active", _prompt("active", HARD.active_blocks))
     lane.run()
     if late_demotion:
         observer.demote("claim:resident", "demoted after the loss was observed")
@@ -672,9 +710,3 @@ _scenario(
     "control-late-demotion",
     "NEGATIVE CONTROL: the external registry demotes only after the loss (must be rejected)",
 )(lambda trace: _unenforced(trace, late_demotion=True))
-
-
-def numbers_json(result: ScenarioResult) -> str:
-    return json.dumps(
-        {"scenario": result.name, "trace": str(result.trace_path), **result.numbers}, default=str
-    )

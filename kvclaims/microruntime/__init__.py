@@ -4,9 +4,9 @@
 - `runtime`, `arbiter`, `policies`: claims on that pool, the active/resident arbiter and the
   eviction/conflict policies;
 - `inputs`, `workload`: the claim and request specifications it runs, a long generated workload;
-- `tracing`, `replay`: where its trace v1 events go, and the lifecycle replay that checks them;
-- `testing`: Hypothesis state machines for fuzzing a runtime (import it explicitly: it loads
-  Hypothesis).
+- `tracing`: where its trace v1 events go.
 
-Its seed scenarios live in `kvclaims.lab`.
+It imports only `spec` and `statemachine`. What checks its traces lives in `kvclaims.lab`,
+which may import the refinement checker: the seed scenarios (`lab.micro_scenarios`) and the
+Hypothesis state machines that fuzz it (`lab.micro_fuzzing`, exported by `kvclaims.testing`).
 """

@@ -10,14 +10,15 @@ format.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import msgspec
 
 from kvclaims.spec.errors import InputError, Problem
-from kvclaims.spec.trace import TRACE_FORMAT_VERSION
+from kvclaims.spec.trace import TRACE_FORMAT_VERSION, CloseReason
+from kvclaims.spec.tracefile import TraceFile, closing_line
 
 TraceSink = Callable[[dict[str, Any]], object]
 """Receives each event dict once, in `seq` order."""
@@ -61,29 +62,21 @@ class EventCounter:
 
 
 class NdjsonTraceWriter:
-    """Streams a trace to `path`: the header now, each event as it arrives. Lines are encoded
-    into one growing buffer and written in large chunks."""
+    """Streams a trace to `path` through the one trace writer (`kvclaims.spec.tracefile`):
+    the header now, each event as it arrives (encoded in batches), `trace_closed` on
+    `close()`."""
 
-    FLUSH_BYTES = 1 << 20
-
-    def __init__(self, path: Path, header: dict[str, Any]) -> None:
+    def __init__(self, path: Path, header: dict[str, Any], *, flush_seconds: float | None = None) -> None:
         self.path = path
-        self._file: IO[bytes] = path.open("wb")
-        self._buffer = bytearray()
-        self(header)
+        self._file: TraceFile[dict[str, Any]] = TraceFile(
+            path.open("wb"), _ENCODER.encode(header), _ENCODER.encode, flush_seconds=flush_seconds
+        )
 
     def __call__(self, event: dict[str, Any]) -> None:
-        buffer = self._buffer
-        _ENCODER.encode_into(event, buffer, -1)
-        buffer.append(10)  # newline
-        if len(buffer) >= self.FLUSH_BYTES:
-            self._file.write(buffer)
-            buffer.clear()
+        self._file.append(event, event["seq"])
 
-    def close(self) -> None:
-        self._file.write(self._buffer)
-        self._buffer.clear()
-        self._file.close()
+    def close(self, reason: CloseReason = CloseReason.closed) -> None:
+        self._file.close(reason)
 
     def __enter__(self) -> NdjsonTraceWriter:
         return self
@@ -92,8 +85,15 @@ class NdjsonTraceWriter:
         self.close()
 
 
+def encode_trace(header: dict[str, Any], events: Sequence[dict[str, Any]]) -> bytes:
+    """A whole, complete trace as NDJSON bytes (header line, one line per event,
+    `trace_closed`)."""
+    lines = b"".join(_ENCODER.encode(line) + b"\n" for line in (header, *events))
+    return lines + closing_line(events[-1]["seq"] + 1 if events else 0)
+
+
 def write_trace(path: Path, header: dict[str, Any], events: Iterable[dict[str, Any]]) -> Path:
-    """Write a whole trace as NDJSON (header line, then one line per event)."""
+    """Write a whole trace as NDJSON (header line, one line per event, `trace_closed`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with NdjsonTraceWriter(path, header) as writer:
         for event in events:

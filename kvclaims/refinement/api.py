@@ -13,14 +13,19 @@ the same abstract state: what remains is the minimal prefix of the counterexampl
 
 from __future__ import annotations
 
+import contextlib
 import io
-from collections.abc import Callable, Iterable
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
+from kvclaims.refinement.abstractions.kvclaims_v1 import FORMAT as KVCLAIMS_V1
 from kvclaims.refinement.checker import Budget, Checker, Rejection, Undecidable
 from kvclaims.refinement.decoding import EVENT_NAME
-from kvclaims.refinement.reader import HeaderInfo, TraceInputError
+from kvclaims.refinement.reader import HeaderInfo, TraceInputError, TraceStream
 from kvclaims.refinement.sources import AUTO, FORMATS, Opener, detect, open_source
 from kvclaims.refinement.verdict import (
     RULE_ERROR_CLASS,
@@ -41,37 +46,90 @@ Progress = Callable[[int], None]
 """Called with the number of bytes read so far."""
 
 
+TraceInput = str | Path | bytes | IO[bytes]
+"""A trace file's path, its bytes, or a binary file object (read from where it stands)."""
+
+
 def check_trace(
-    path: str | Path,
+    trace: TraceInput,
     *,
     format: str = AUTO,
     registry: str | Path | None = None,
     budget: Budget = DEFAULT_BUDGET,
     progress: Progress | None = None,
+    strict: bool = False,
+    open: bool = False,
 ) -> TraceVerdict:
-    """Check one trace file. `format` is `auto` or one of `FORMATS`; `registry` is the claim
-    registry that `vllm-kv-events` traces need. Bad trace input never raises: it is an
-    `invalid` verdict. A bad registry or format name raises `InputError` / `ValueError`."""
-    path = Path(path)
+    """Check one trace: a path, bytes or a binary file object (plain, or gzip-compressed).
+    `format` is `auto` or one of `FORMATS`; `registry` is the claim registry that
+    `vllm-kv-events` traces need; `strict` refuses fields outside trace v1 instead of keeping
+    them as context. Bad trace input never raises: it is an `invalid` verdict. A bad registry or
+    format name raises `InputError` / `ValueError`. `open=True` judges a kvclaims-v1 trace without
+    its `trace_closed` end as if it ended there (a live or cut file); by default such a trace is
+    truncated: `inconclusive`."""
+    options: dict[str, Any] = {
+        "format": format,
+        "registry": registry,
+        "budget": budget,
+        "strict": strict,
+        "open": open,
+    }
+    if isinstance(trace, bytes):
+        return check_source(lambda: io.BytesIO(trace), name="<bytes>", **options)
+    if not isinstance(trace, (str, Path)):
+        with _rereadable(trace) as opener:
+            return check_source(
+                opener, name=str(getattr(trace, "name", "<stream>")), progress=progress, **options
+            )
+    path = Path(trace)
     if not path.is_file():
-        return _verdict(
-            str(path), format, Outcome.invalid, finding=Finding(ErrorClass.parse, "no such trace file")
-        )
-    return check_source(
-        lambda: path.open("rb"),
-        name=str(path),
-        format=format,
-        registry=registry,
-        budget=budget,
-        progress=progress,
-    )
+        what = "is a directory, not a trace file" if path.is_dir() else "no such trace file"
+        finding = Finding(ErrorClass.parse, f"{what}: {path.resolve()}")
+        return _verdict(str(path), format, Outcome.invalid, finding=finding)
+    return check_source(lambda: path.open("rb"), name=str(path), progress=progress, **options)
 
 
 def check_bytes(
-    data: bytes, *, name: str = "<bytes>", format: str = AUTO, registry: str | Path | None = None
+    data: bytes,
+    *,
+    name: str = "<bytes>",
+    format: str = AUTO,
+    registry: str | Path | None = None,
+    open: bool = False,
 ) -> TraceVerdict:
     """Check a trace held in memory (tests, generated adversarial traces)."""
-    return check_source(lambda: io.BytesIO(data), name=name, format=format, registry=registry)
+    return check_source(lambda: io.BytesIO(data), name=name, format=format, registry=registry, open=open)
+
+
+@contextlib.contextmanager
+def _rereadable(stream: IO[bytes]) -> Iterator[Opener]:
+    """An opener for a file object: the checker reads a trace more than once (detection, the
+    check, a counterexample's prefix), so a stream that cannot seek (a pipe, stdin) is first
+    copied to a temporary file, chunk by chunk. The caller's stream is never closed."""
+    if getattr(stream, "seekable", lambda: False)():
+        start = stream.tell()
+        yield lambda: _Unclosed(stream, start)
+        return
+    with tempfile.TemporaryFile() as copy:
+        shutil.copyfileobj(stream, copy)
+        yield lambda: _Unclosed(copy, 0)
+
+
+class _Unclosed:
+    """A view of a caller's seekable stream from `start` that `close` leaves open."""
+
+    def __init__(self, stream: IO[bytes], start: int) -> None:
+        stream.seek(start)
+        self.read = stream.read
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> _Unclosed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
 
 
 def check_source(
@@ -82,36 +140,52 @@ def check_source(
     registry: str | Path | None = None,
     budget: Budget = DEFAULT_BUDGET,
     progress: Progress | None = None,
+    strict: bool = False,
+    open: bool = False,
+    reopen: Opener | None = None,
 ) -> TraceVerdict:
-    """Check the trace that `opener` opens (it may be opened more than once)."""
+    """Check the trace that `opener` opens; `open` as in `check_trace`. A rejection re-reads
+    the trace up to the offending event through `reopen` (default: `opener`), so a caller that
+    follows a live file can re-read the part already written without waiting for more."""
     if format != AUTO and format not in FORMATS:
         raise ValueError(f"unknown trace format {format!r}; choose auto or one of {', '.join(FORMATS)}")
-    fmt = detect(opener) if format == AUTO else format
-    if fmt is None:
-        finding = Finding(
-            ErrorClass.parse,
-            "not a trace in any known format (empty, or no format recognises line 1)",
-            line=1,
-        )
-        return _verdict(name, format, Outcome.invalid, finding=finding)
+    trace = _unwrapped(opener)
+    recognised = True
+    try:
+        fmt, recognised = detect(trace) if format == AUTO else (format, True)
+    except TraceInputError as error:
+        return _verdict(name, format, Outcome.invalid, finding=error.finding)
     registry_path = Path(registry) if registry is not None else None
-    run = _Run(name, fmt, budget)
+    run = _Run(name, fmt, budget, judge_open=open)
     with opener() as raw:
-        stream: IO[bytes] = _Counting(raw, progress) if progress is not None else raw
-        verdict = run.check(lambda: open_source(stream, fmt, registry=registry_path))
+        counted: IO[bytes] = _Counting(raw, progress) if progress is not None else raw
+        verdict = run.check(
+            lambda: open_source(TraceStream(counted), fmt, registry=registry_path, strict=strict)
+        )
+    if not recognised and verdict.finding is not None:
+        finding = verdict.finding
+        message = f"no trace format recognises this file; read as {fmt}: {finding.message}"
+        verdict = replace(verdict, finding=replace(finding, message=message))
     if verdict.outcome is Outcome.rejected and run.rejection is not None:
-        prefix = _minimal_prefix(opener, fmt, registry_path, run.header, run.rejection)
+        prefix = _minimal_prefix(
+            _unwrapped(reopen) if reopen is not None else trace, fmt, registry_path, run.header, run.rejection
+        )
         verdict = _with_prefix(verdict, prefix)
     return verdict
+
+
+def _unwrapped(opener: Opener) -> Opener:
+    return lambda: TraceStream(opener())
 
 
 class _Run:
     """One pass of a source through the checker, collecting what the verdict needs."""
 
-    def __init__(self, name: str, fmt: str, budget: Budget) -> None:
+    def __init__(self, name: str, fmt: str, budget: Budget, *, judge_open: bool = False) -> None:
         self.name = name
         self.format = fmt
         self.budget = budget
+        self.judge_open = judge_open
         self.rejection: Rejection | None = None
         self.header: HeaderInfo | None = None
 
@@ -127,15 +201,20 @@ class _Run:
                 budget=self.budget,
             )
             source.drive(checker)
+            truncated = end_of_stream(self.format, checker, judge_open=self.judge_open)
+            if truncated is not None:
+                return self._verdict(Outcome.inconclusive, source, checker, finding=truncated)
             checker.finish()
         except TraceInputError as error:
             return self._verdict(Outcome.invalid, source, checker, finding=error.finding)
         except Undecidable as error:
             return self._verdict(Outcome.inconclusive, source, checker, finding=error.finding)
         except Rejection as rejection:
+            if checker is not None and checker.first_unknown is not None:
+                return self._unexplained(rejection, source, checker, checker.first_unknown)
             self.rejection = rejection
             return self._verdict(Outcome.rejected, source, checker, counterexample=rejection.counterexample)
-        notes = tuple(f.message for f in checker.undecided)
+        notes = tuple(f.message for f in checker.undecided) + _context_notes(source)
         preconditions = getattr(source, "preconditions", None)
         if preconditions is not None:
             held = ", ".join(p.value for p, ok in preconditions.items() if ok)
@@ -155,6 +234,20 @@ class _Run:
             return self._verdict(Outcome.inconclusive, source, checker, finding=finding, notes=notes)
         return self._verdict(Outcome.accepted, source, checker, witnesses=checker.witnesses(), notes=notes)
 
+    def _unexplained(
+        self, rejection: Rejection, source: Any, checker: Checker, unknown: Finding
+    ) -> TraceVerdict:
+        """A rejection after an event the format does not define: the unknown event may be
+        what the runtime did instead, so the rejection is reported as a note and the verdict
+        names the unknown event (inconclusive), not the later line."""
+        found = rejection.counterexample
+        where = f"line {found.line} ({found.event})" if found.line else "the end of the trace"
+        note = (
+            f"{where} breaks {found.rule} as read without the unknown event at line "
+            f"{unknown.line}: {found.message}"
+        )
+        return self._verdict(Outcome.inconclusive, source, checker, finding=unknown, notes=(note,))
+
     def _verdict(self, outcome: Outcome, source: Any, checker: Checker | None, **fields: Any) -> TraceVerdict:
         events = getattr(source, "records", 0)  # counted per decoded run: behind a mid-run stop
         if checker is not None:
@@ -165,6 +258,27 @@ class _Run:
                 "requests": checker.requests_seen,
             }
         return _verdict(self.name, self.format, outcome, events=events, **fields)
+
+
+def _context_notes(source: Any) -> tuple[str, ...]:
+    audit = getattr(source, "audit", None)
+    note = audit.note() if audit is not None else None
+    return (note,) if note else ()
+
+
+def end_of_stream(fmt: str, checker: Checker, *, judge_open: bool) -> Finding | None:
+    """The end-of-stream rule: a kvclaims-v1 trace is complete only when its writer closed it
+    (`trace_closed`, its last line). Without that end the file may be cut (a crash, a kill, a
+    tail not yet written), and what the trace still owes at its end cannot be judged: the
+    verdict is `inconclusive` with this finding, never `accepted`, unless the caller judges the
+    open prefix (`judge_open`). Foreign formats have no close event; their end is their own."""
+    if fmt != KVCLAIMS_V1 or judge_open or checker.closed_at is not None:
+        return None
+    return Finding(
+        ErrorClass.undecidable,
+        "truncated: the trace does not end with trace_closed (its writer never closed it: "
+        "still being written, crashed or killed); judge it as an open prefix with --open",
+    )
 
 
 def _verdict(
@@ -316,7 +430,5 @@ def _shrink(
 
 
 def _with_prefix(verdict: TraceVerdict, prefix: tuple[PrefixEvent, ...]) -> TraceVerdict:
-    from dataclasses import replace
-
     assert verdict.counterexample is not None
     return replace(verdict, counterexample=replace(verdict.counterexample, minimal_prefix=prefix))

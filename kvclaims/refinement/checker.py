@@ -36,10 +36,11 @@ from typing import Any
 import msgspec
 
 from kvclaims.refinement.decoding import EVENT_NAME, EVENT_STRUCTS
-from kvclaims.refinement.ids import RetiredIds
+from kvclaims.refinement.reader import TraceInputError, unknown_event_finding
 from kvclaims.refinement.verdict import Counterexample, ErrorClass, Finding, Witness
 from kvclaims.spec.capacity import capacity_problem
 from kvclaims.spec.claims import HybridTwoKey
+from kvclaims.spec.ids import RetiredIds
 from kvclaims.spec.tables import DEVICE_CACHE_LEVELS
 from kvclaims.spec.trace import CAPACITY_PROOF_FIELDS, ConflictReason, RestorationOutcome
 from kvclaims.spec.vocabulary import ConformanceRule, ProtectionMode, TraceWitness
@@ -288,6 +289,10 @@ class Checker:
         self._run_end = 0  # index after the last event fed (a run's steps are counted up front)
         self._current: msgspec.Struct | None = None
         self.first_unknown: Finding | None = None
+        self._prefix_positions = 0
+        """Positions of all live claims' presence maps (bounded by the budget)."""
+        self.closed_at: int | None = None
+        """The line of `trace_closed`, once seen: the stream ended cleanly there."""
         s = EVENT_STRUCTS
         self._stored = s["block_stored"]
         self._removed = s["block_removed"]
@@ -316,6 +321,7 @@ class Checker:
             s["block_stored"]: self._block_stored,
             s["block_removed"]: self._block_removed,
             s["fault_injected"]: self._fault,
+            s["trace_closed"]: self._trace_closed,
         }
 
     # --- driving ------------------------------------------------------------------------
@@ -336,6 +342,8 @@ class Checker:
 
     def feed(self, event: msgspec.Struct, line: int, index: int) -> None:
         """Check one step; `line` / `index` locate it in the source for counterexamples."""
+        if self.closed_at is not None:
+            _after_close(self.closed_at, line)
         self._line = line
         self._index = index
         self._run_end = index + 1
@@ -360,6 +368,8 @@ class Checker:
         shared = self.shared_owners
         handlers = self._handlers
         seen_eviction = self._seen_eviction
+        if self.closed_at is not None:
+            _after_close(self.closed_at, line)
         self.steps += len(events)
         self._run_end = index + len(events)
         if len(owners) >= self.budget.max_tracked_blocks:  # checked per run: overshoot <= one run
@@ -440,10 +450,10 @@ class Checker:
     def unknown(self, name: str, line: int, index: int) -> None:
         """An event type the format does not define: skipped, and the verdict can be at best
         inconclusive."""
+        if self.closed_at is not None:
+            _after_close(self.closed_at, line)
         if self.first_unknown is None:
-            self.first_unknown = Finding(
-                ErrorClass.unknown_event, f"unknown event type {name!r} (not in the format)", line=line
-            )
+            self.first_unknown = unknown_event_finding(name, line)
 
     @property
     def _event(self) -> str:
@@ -583,6 +593,8 @@ class Checker:
                     self._witness(TraceWitness.ordered_lifecycle, claim.transitions, claim.claim_id)
         claim.phase = result  # type: ignore[assignment]
         if result in _RETIRED and claim.claim_id in self.claims:
+            if claim.present is not None:
+                self._prefix_positions -= len(claim.present)
             claim.present = None  # its blocks are no longer tracked
             del self.claims[claim.claim_id]
             self.retired[claim.claim_id] = _RETIRED_BASE[result] + claim.rank  # type: ignore[index]
@@ -1215,7 +1227,7 @@ class Checker:
         if claim.phase in _RETIRED or claim.phase is Phase.submitted:
             return
         if claim.present is None:
-            claim.present = bytearray(claim.footprint)
+            claim.present = self._prefix_map(claim.footprint)
             if TraceWitness.claim_scoped_blocks not in self._complete:
                 self._witness(
                     TraceWitness.claim_scoped_blocks, (claim.accepted_line, self._line), claim.claim_id
@@ -1292,13 +1304,20 @@ class Checker:
         for owner, position in owned:
             self._lose(owner, position)
 
-    @staticmethod
-    def _assume_reported_prefix(claim: _Claim) -> None:
+    def _prefix_map(self, footprint: int, reported: int = 0) -> bytearray:
+        """A claim's per-position presence map, counted against the budget: the footprint is a
+        number from the trace, so all maps together may not exceed `max_tracked_blocks`."""
+        self._prefix_positions += max(footprint, reported)
+        if self._prefix_positions > self.budget.max_tracked_blocks:
+            self._exhausted(f"claim prefixes spanning more than {self.budget.max_tracked_blocks} blocks")
+        return bytearray(b"\x01" * reported + b"\x00" * (footprint - reported))
+
+    def _assume_reported_prefix(self, claim: _Claim) -> None:
         """A claim that materialized without block-level accounting: a removal naming one of
         its positions is judged against the leading blocks its materialization reported, so an
         unreported loss is still a broken predicate (ignoring it would pass a silent harm)."""
         reported = claim.reported_leading
-        claim.present = bytearray(b"\x01" * reported + b"\x00" * (claim.footprint - reported))
+        claim.present = self._prefix_map(claim.footprint, reported)
         claim.leading = reported
 
     def _lose(self, claim: _Claim, position: int) -> None:
@@ -1318,6 +1337,14 @@ class Checker:
                 claim.broken_while_responsible = True
             self._advance(claim, Event.predicate_broken)
             self._settled_loss(claim)
+
+    def _trace_closed(self, ev: Any) -> None:
+        """The writer ended the stream: not a step of the model; nothing may follow it."""
+        del ev
+        self.steps -= 1
+        if self._index + 1 < self._run_end:
+            _after_close(self._line, self._line + 1)
+        self.closed_at = self._line
 
     def _fault(self, ev: Any) -> None:
         """A fault injection is context for the counterexample, not a model step."""
@@ -1359,3 +1386,15 @@ class Checker:
 
     def _exhausted(self, what: str) -> None:
         raise Undecidable(Finding(ErrorClass.budget_exhausted, f"budget exhausted: {what}", line=self._line))
+
+
+def _after_close(closed_at: int, line: int) -> None:
+    """An event after `trace_closed`: the file is not one trace (invalid input)."""
+    raise TraceInputError(
+        Finding(
+            ErrorClass.ordering,
+            f"an event follows trace_closed (line {closed_at}): a closed trace ends there",
+            line=line,
+            field="event",
+        )
+    )

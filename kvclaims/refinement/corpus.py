@@ -27,9 +27,8 @@ _REPOSITORY = Path(__file__).resolve().parents[2]
 CORPUS_CANDIDATES: tuple[Path, ...] = (
     _REPOSITORY / "shared" / "corpus",
     _REPOSITORY.parent / "shared" / "corpus",
-    Path("/work/shared/corpus"),
 )
-"""Where the workplace keeps `shared/`: inside the checkout, beside it, or at its fixed home.
+"""Where the workplace keeps `shared/`: inside the checkout or beside it.
 The corpus is external test data and is never committed to this repository."""
 
 

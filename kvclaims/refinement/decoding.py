@@ -121,6 +121,7 @@ class _Deriver:
             "kw_only": True,
             "frozen": True,
             "gc": False,  # decoded events hold no cycles; untracked objects spare the collector
+            "omit_defaults": True,  # re-encoding gives the shortest form of the line: see reader
             "forbid_unknown_fields": model.model_config.get("extra") == "forbid",
         }
         if tag_field is not None:

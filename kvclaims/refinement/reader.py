@@ -9,15 +9,27 @@ which the caller turns into an `invalid` verdict.
 `explain_event_line` explains a trace v1 line the fast decoder refused: an event type trace v1
 does not know becomes an `UnknownEvent` (the verdict can then be at best inconclusive); anything
 else malformed is a `TraceInputError`.
+
+`FieldAudit` re-parses a line exactly, keeping every key: msgspec (like `json.loads`) keeps the
+last of two equal keys, so a duplicate key, which makes a line mean two things, is found only
+by a parse that sees the pairs. The fast reader calls it only for a line that is longer than the
+shortest encoding of what it decoded to (see `kvclaims_v1`): a line with no duplicate, unknown
+or explicitly defaulted field, and no whitespace, is exactly that long.
 """
 
 from __future__ import annotations
 
+import difflib
+import gzip
+import json
+import typing
+import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
 
 import msgspec
+from pydantic import BaseModel
 
 from kvclaims.refinement.decoding import event_decoder
 from kvclaims.refinement.verdict import ErrorClass, Finding
@@ -41,6 +53,82 @@ class TraceInputError(Exception):
 
 def parse_error(message: str, line: int | None, field: str | None = None) -> TraceInputError:
     return TraceInputError(Finding(ErrorClass.parse, message, line=line, field=field))
+
+
+class Prefixed:
+    """A stream whose first bytes were already read (for detection) and are served again."""
+
+    def __init__(self, head: bytes, rest: IO[bytes]) -> None:
+        self._head = head
+        self._rest = rest
+
+    def read(self, size: int = -1) -> bytes:
+        if not self._head:
+            return self._rest.read(size)
+        if size < 0:
+            data, self._head = self._head + self._rest.read(), b""
+            return data
+        data, self._head = self._head[:size], self._head[size:]
+        if len(data) < size:
+            data += self._rest.read(size - len(data))
+        return data
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
+class TraceStream:
+    """The bytes of a trace as a reader sees them: gunzipped when the file starts with gzip's
+    magic number (streamed, never inflated whole), without a leading UTF-8 byte-order mark.
+    Closing it closes the file. A corrupt or truncated gzip stream is a `TraceInputError`."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self._raw = raw
+        try:
+            self._open()
+        except BaseException:
+            raw.close()
+            raise
+
+    def _open(self) -> None:
+        raw = self._raw
+        head = _read_exactly(raw, len(GZIP_MAGIC))
+        self.compressed = head == GZIP_MAGIC
+        inner: Any = Prefixed(head, raw)
+        if self.compressed:
+            inner = gzip.GzipFile(fileobj=inner, mode="rb")
+        self._stream = inner
+        head = _read_exactly(self, len(UTF8_BOM))
+        self._stream = Prefixed(b"" if head == UTF8_BOM else head, inner)
+
+    def read(self, size: int = -1) -> bytes:
+        if not self.compressed:
+            return self._stream.read(size)
+        try:
+            return self._stream.read(size)
+        except (OSError, EOFError, zlib.error) as error:
+            raise parse_error(f"not a readable gzip stream: {error}", None) from None
+
+    def close(self) -> None:
+        self._raw.close()
+
+    def __enter__(self) -> TraceStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _read_exactly(stream: Any, size: int) -> bytes:
+    """Up to `size` bytes, fewer only at the end (a pipe may return short reads)."""
+    data = b""
+    while len(data) < size:
+        more = stream.read(size - len(data))
+        if not more:
+            break
+        data += more
+    return data
 
 
 def read_lines(stream: IO[bytes], *, max_line: int = MAX_LINE_BYTES) -> Iterator[tuple[int, bytes, bool]]:
@@ -113,6 +201,129 @@ class HeaderInfo:
     source: str | None = None
 
 
+def suggestion(name: str, known: typing.Iterable[str]) -> str:
+    """` (did you mean 'x'?)` for the closest known name, or nothing when none is close."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=TYPO_CUTOFF)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+TYPO_CUTOFF = 0.8
+"""How alike (difflib ratio) an unknown name and a known one must be to count as a typo of it:
+`duration_stpes` / `duration_steps` is 0.93, `usable_blox` / `usable_blocks` 0.83, while the
+context fields runtimes add (`engine_step`, `mono_ns`, `stop_reason`) stay below 0.75."""
+
+
+def unknown_event_finding(name: str, line: int) -> Finding:
+    """The finding for an event type trace v1 does not define, with the closest type."""
+    return Finding(
+        ErrorClass.unknown_event,
+        f"unknown event type {name!r} (not in the format){suggestion(name, EVENT_MODELS)}; "
+        "the check cannot tell what it did, so the verdict is at best inconclusive",
+        line=line,
+        field="event",
+    )
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    document = dict(pairs)
+    if len(document) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return document
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def exact_document(content: bytes, line: int) -> Any:
+    """Parse a line msgspec already accepted as JSON, refusing a duplicate key in any object."""
+    try:
+        return json.loads(
+            content.decode("utf-8"), object_pairs_hook=_unique_pairs, parse_constant=_no_constant
+        )
+    except UnicodeDecodeError as error:  # msgspec skips the bytes of a key it does not know
+        raise parse_error(f"not valid UTF-8 (byte {error.start})", line) from None
+    except ValueError as error:
+        raise parse_error(f"not valid JSON: {error}", line) from None
+    except _DuplicateKey as duplicate:
+        raise parse_error(
+            f"duplicate key {duplicate.key!r} in one JSON object (which value is meant is ambiguous)",
+            line,
+            duplicate.key,
+        ) from None
+
+
+@dataclass
+class FieldAudit:
+    """Duplicate and unknown keys of the lines re-parsed exactly.
+
+    An unknown field whose name is close to a field of its model is a typo (`duration_stpes`)
+    and invalid: ignoring it would silently change what the line means. Any other unknown field
+    is a runtime's own context, kept and unchecked (listed in `context`, by first line) unless
+    `strict`, which refuses every field outside the format."""
+
+    strict: bool = False
+    context: dict[str, int] = field(default_factory=dict)
+
+    def audit(self, content: bytes, line: int, model: type[BaseModel]) -> None:
+        """Raise `TraceInputError` for a duplicate key, a typo'd field or (strict) any unknown
+        field of `content`, a line of `model`; remember the context fields."""
+        self.fields(exact_document(content, line), line, model, "")
+
+    def fields(self, document: Any, line: int, model: type[BaseModel], prefix: str) -> None:
+        if not isinstance(document, dict):
+            return
+        known = model.model_fields
+        for name, value in document.items():
+            info = known.get(name)
+            if info is None:
+                self._unknown(name, line, model, prefix)
+                continue
+            nested = _single_model(info.annotation)
+            if nested is not None:
+                self.fields(value, line, nested, f"{prefix}{name}.")
+
+    def _unknown(self, name: str, line: int, model: type[BaseModel], prefix: str) -> None:
+        where = f"{prefix}{name}"
+        typo = suggestion(name, model.model_fields)
+        if typo or self.strict:
+            why = (
+                "a misspelt field would be ignored" if typo else "--strict refuses fields outside the format"
+            )
+            raise parse_error(f"unknown field {where!r}{typo}: {why}", line, where)
+        if len(self.context) < MAX_CONTEXT_FIELDS:
+            self.context.setdefault(where, line)
+
+    def note(self) -> str | None:
+        """The verdict note that lists the context fields, if any."""
+        if not self.context:
+            return None
+        listed = ", ".join(f"{name} (line {line})" for name, line in self.context.items())
+        return f"fields outside the format, kept as context and not checked: {listed}"
+
+
+MAX_CONTEXT_FIELDS = 32
+"""Context field names remembered for the verdict note (a hostile file may invent millions)."""
+
+
+def _single_model(annotation: Any) -> type[BaseModel] | None:
+    """The model of a field typed `Model` or `Model | None` (open nested models, like a
+    checkpoint); None for anything else (closed models refuse unknown fields themselves)."""
+    members = [a for a in typing.get_args(annotation) if a is not type(None)] or [annotation]
+    if len(members) == 1 and isinstance(members[0], type) and issubclass(members[0], BaseModel):
+        return members[0]
+    return None
+
+
 def field_of(message: str) -> str | None:
     marker = "at `$."
     start = message.find(marker)
@@ -120,11 +331,12 @@ def field_of(message: str) -> str | None:
 
 
 def explain_event_line(
-    content: bytes, number: int, terminated: bool, last_seq: int
+    content: bytes, number: int, terminated: bool, last_seq: int, audit: FieldAudit
 ) -> tuple[UnknownEvent, int]:
     """Explain a line the fast decoder refused: an unknown event type (returned with its seq,
     for an inconclusive verdict) or a located parse finding (raised)."""
-    document = decode_json(content, number, terminated)
+    decode_json(content, number, terminated)
+    document = exact_document(content, number)
     if not isinstance(document, dict):
         raise parse_error("an event line must be a JSON object", number)
     name = document.get("event")
@@ -135,6 +347,7 @@ def explain_event_line(
         raise parse_error("event line has no non-negative integer 'seq'", number, "seq")
     check_integers(document, number)
     if name in EVENT_MODELS:
+        audit.fields(document, number, EVENT_MODELS[name], "")
         try:
             event_decoder().decode(content)
         except msgspec.ValidationError as error:
@@ -172,3 +385,12 @@ def check_integers(value: Any, line: int, depth: int = 0) -> None:
     elif type(value) is list:
         for item in value:
             check_integers(item, line, depth + 1)
+
+
+def push(events: Iterator[tuple[int, int, Any]], sink: Sink) -> None:
+    """Drive a sink from a `(line, index, step | UnknownEvent)` iterator."""
+    for line, index, event in events:
+        if type(event) is UnknownEvent:
+            sink.unknown(event.name, line, index)
+        else:
+            sink.feed(event, line, index)

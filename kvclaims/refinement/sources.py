@@ -28,8 +28,10 @@ from kvclaims.refinement.reader import (
     Sink,
     UnknownEvent,
     decode_json,
+    exact_document,
     ordering_error,
     parse_error,
+    push,
     read_lines,
 )
 
@@ -48,15 +50,6 @@ class Source(Protocol):
     records: int
 
     def drive(self, sink: Sink) -> None: ...
-
-
-def push(events: Iterator[tuple[int, int, Any]], sink: Sink) -> None:
-    """Drive a sink from a `(line, index, step | UnknownEvent)` iterator."""
-    for line, index, event in events:
-        if type(event) is UnknownEvent:
-            sink.unknown(event.name, line, index)
-        else:
-            sink.feed(event, line, index)
 
 
 class Abstraction(Protocol):
@@ -102,7 +95,8 @@ class ForeignSource:
 
     @staticmethod
     def _record(number: int, content: bytes, terminated: bool) -> dict[str, Any]:
-        record = decode_json(content, number, terminated)
+        decode_json(content, number, terminated)
+        record = exact_document(content, number)
         if not isinstance(record, dict) or not isinstance(record.get("event"), str):
             raise parse_error("a record must be a JSON object with a string 'event'", number, "event")
         return record
@@ -156,20 +150,20 @@ def _validated(step: dict[str, Any], seq: int, line: int) -> Any:
         ) from None
 
 
-def detect(opener: Opener) -> str | None:
-    """The format of a trace from its first record, or None if no format (or more than one)
-    claims it."""
+def detect(opener: Opener) -> tuple[str, bool]:
+    """The format of a trace from its first record, and whether a format recognised it. When
+    none does, the answer is trace v1, the nearest format, whose own reader then names what is
+    wrong (an empty file, a missing header, bad JSON or an over-long line 1). Two formats that
+    both recognise it are a `TraceInputError`."""
     with opener() as stream:
         head = stream.read(1 << 16)
-    if not head:
-        return None
     if vllm_kv_events.detect_msgpack(head):
-        return vllm_kv_events.FORMAT
+        return vllm_kv_events.FORMAT, True
     first_line = head.split(b"\n", 1)[0]
     try:
         record = msgspec.json.decode(first_line)
     except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
-        return None
+        return kvclaims_v1.FORMAT, False
     matches = [
         name
         for name, test in (
@@ -179,13 +173,16 @@ def detect(opener: Opener) -> str | None:
         )
         if test(record)
     ]
-    return matches[0] if len(matches) == 1 else None
+    if len(matches) > 1:
+        raise parse_error(f"line 1 fits several formats ({', '.join(matches)}): name one with --format", 1)
+    return (matches[0], True) if matches else (kvclaims_v1.FORMAT, False)
 
 
-def open_source(stream: IO[bytes], fmt: str, *, registry: Path | None) -> Source:
-    """The source for `fmt` (a concrete format name) over an open `stream`."""
+def open_source(stream: IO[bytes], fmt: str, *, registry: Path | None, strict: bool = False) -> Source:
+    """The source for `fmt` (a concrete format name) over an open `stream`; `strict` refuses
+    fields outside trace v1 (other formats' abstractions decide their own fields)."""
     if fmt == kvclaims_v1.FORMAT:
-        return kvclaims_v1.KvclaimsV1Source(stream)
+        return kvclaims_v1.KvclaimsV1Source(stream, strict=strict)
     if fmt in _FOREIGN:
         return ForeignSource(stream, _FOREIGN[fmt])
     if fmt == vllm_kv_events.FORMAT:

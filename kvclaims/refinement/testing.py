@@ -23,6 +23,8 @@ from typing import IO, Any
 
 import msgspec
 
+from kvclaims.spec.tracefile import closing_line
+
 _encode = msgspec.json.Encoder().encode
 
 
@@ -47,8 +49,13 @@ class TraceBuilder:
         self.events.append({"seq": seq, "event": event, **fields})
         return self
 
-    def ndjson(self) -> bytes:
-        return b"".join(_encode(doc) + b"\n" for doc in [self.header, *self.events])
+    def ndjson(self, *, closed: bool = True) -> bytes:
+        """The trace as NDJSON; `closed` ends it with `trace_closed` (a complete trace), else
+        it is an open prefix (refinement calls it truncated unless judged open)."""
+        lines = b"".join(_encode(doc) + b"\n" for doc in [self.header, *self.events])
+        if closed:
+            lines += closing_line(self.events[-1]["seq"] + 1 if self.events else 0)
+        return lines
 
     # claims --------------------------------------------------------------------------------
 
@@ -442,4 +449,5 @@ def generate_valid_trace(
         if written >= events:
             break
     out.write(b"".join(pending))
+    out.write(closing_line(generator.seq + 1))
     return written

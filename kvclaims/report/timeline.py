@@ -10,6 +10,7 @@ checker rejects the trace, the timeline stops at that event and says so.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -145,6 +146,38 @@ def _marked_claims(document: dict) -> list[str]:
     return [str(claim_id)] if claim_id else []
 
 
+STORY_EVENTS = {
+    "resident_claim_offloaded": "offloaded",
+    "resident_claim_restored": "restored",
+    "resident_claim_restoration_failed": "a restore failed",
+    "active_request_refused": "a request refused naming it",
+    "resident_claim_harmed": "harmed",
+}
+"""Marked events a story counts, and how it says them."""
+
+
+def story(timeline: Timeline) -> str:
+    """The timeline in words, one clause per claim: the phases it went through in order, and
+    how often the events a reader looks for happened to it; then how the check ended."""
+    clauses = []
+    for claim_id, track in timeline.tracks.items():
+        phases: list[str] = []
+        for segment in track.segments:
+            if not phases or phases[-1] != str(segment.phase):
+                phases.append(str(segment.phase))
+        counts = Counter(name for _, name in track.marks if name in STORY_EVENTS)
+        happened = ", ".join(
+            STORY_EVENTS[name] + (f" x{count}" if count > 1 else "") for name, count in counts.items()
+        )
+        clauses.append(f"{claim_id}: {' > '.join(phases)}" + (f" ({happened})" if happened else ""))
+    ending = (
+        f"the checker REJECTED the trace at {timeline.rejection}"
+        if timeline.rejection
+        else "every event was accepted by the checker"
+    )
+    return "; ".join(clauses) + f". {ending[0].upper()}{ending[1:]}."
+
+
 def render_timeline(timeline: Timeline, target: Path, *, title: str) -> Path:
     """One row per claim (first claim on top): phase bars over seq, event markers on top."""
     plt = pyplot()
@@ -197,9 +230,9 @@ def render_timeline(timeline: Timeline, target: Path, *, title: str) -> Path:
     axes.add_artist(first)
     if mark_handles:
         axes.legend(handles=mark_handles, title="event", loc="lower left", bbox_to_anchor=(1.01, 0.0))
-    subtitle = f"{timeline.path.name} - {timeline.source}"
-    if timeline.rejection:
-        subtitle += f"\nREJECTED at {timeline.rejection}"
-    axes.set_title(f"{title}\n{subtitle}", fontsize=12)
+    import textwrap
+
+    subtitle = textwrap.fill(story(timeline), 130)
+    axes.set_title(f"{title} ({timeline.source})\n{subtitle}", fontsize=11)
     figure.tight_layout()
     return save(figure, target)

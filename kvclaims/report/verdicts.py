@@ -1,5 +1,6 @@
-"""Check every trace a demo run produced by refinement and judge each verdict against what its
-scenario is: a positive run must be accepted, a `control-*` run must not be.
+"""Check traces by refinement (those a demo run wrote in its lane folders, a user's folder, the
+bundled corpus) and judge each verdict against what its scenario is: a positive run must be
+accepted, a `control-*` run must not be.
 
 The engine lane's controls are the one refinement: each names its own expectation
 (`vllm_binding.engine_scenarios.Expectation`: rejected with a rule, or accepted while exporting
@@ -42,6 +43,17 @@ class TraceCheck:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class FoundTrace:
+    """A trace to check: which lane wrote it, the scenario it is a run of, where it is, and the
+    name the report shows for it."""
+
+    lane: str
+    scenario: str
+    path: Path
+    shown: str
+
+
 def _scenario_of(out: Path, path: Path, folder: str) -> str:
     """A one-run scenario is `<name>.ndjson`; a several-run one is a folder `<name>/`."""
     relative = path.relative_to(out / folder)
@@ -74,32 +86,43 @@ def judge(lane: str, scenario: str, outcome: str, rule: str | None) -> tuple[str
     return "accepted", outcome == "accepted"
 
 
-def trace_files(out: Path, since_ns: int = 0) -> list[tuple[str, Path]]:
-    """(lane folder, trace) for every `*.ndjson` under the lane folders of `out` written at or
-    after `since_ns` (so a rerun into the same folder never judges an older run's traces)."""
+def lane_traces(out: Path, since_ns: int = 0) -> list[FoundTrace]:
+    """Every `*.ndjson` under the lane folders of `out` written at or after `since_ns` (so a
+    rerun into the same folder never judges an older run's traces), in lane then path order."""
     found = []
     for folder in LANES:
         root = out / folder
         if root.is_dir():
-            found += [(folder, p) for p in sorted(root.rglob("*.ndjson")) if p.stat().st_mtime_ns >= since_ns]
+            found += [
+                FoundTrace(folder, _scenario_of(out, p, folder), p, str(p.relative_to(out)))
+                for p in sorted(root.rglob("*.ndjson"))
+                if p.stat().st_mtime_ns >= since_ns
+            ]
     return found
 
 
-def check_traces(out: Path, since_ns: int = 0) -> list[TraceCheck]:
-    """Check every trace `trace_files` finds, in lane then path order."""
+def folder_traces(lane: str, root: Path, files: list[Path]) -> list[FoundTrace]:
+    """`files` found under `root` (a user's folder, the bundled corpus), each a run of its own:
+    shown relative to `root`'s parent, its scenario is its file name."""
+    return [
+        FoundTrace(lane, path.name.split(".")[0], path, str(path.relative_to(root.parent))) for path in files
+    ]
+
+
+def check_traces(found: list[FoundTrace]) -> list[TraceCheck]:
+    """Check each trace and judge its verdict against what its scenario expects."""
     checks = []
-    for folder, path in trace_files(out, since_ns):
-        scenario = _scenario_of(out, path, folder)
-        verdict = check_trace(path)
+    for entry in found:
+        verdict = check_trace(entry.path)
         outcome = str(verdict.outcome)
         rule = str(verdict.rule) if verdict.rule else None
-        expected, ok = judge(folder, scenario, outcome, rule)
+        expected, ok = judge(entry.lane, entry.scenario, outcome, rule)
         checks.append(
             TraceCheck(
-                lane=LANES[folder],
-                scenario=scenario,
-                trace=str(path.relative_to(out)),
-                control=scenario.startswith("control-"),
+                lane=LANES.get(entry.lane, entry.lane),
+                scenario=entry.scenario,
+                trace=entry.shown,
+                control=entry.scenario.startswith("control-"),
                 expected=expected,
                 outcome=outcome,
                 rule=rule,

@@ -14,7 +14,8 @@ restates a fact. Modules, one concern each:
 - `lifecycle_model`, `capacity_model`: the claim and request machines as transition relations,
   and the capacity arithmetic of refusals.
 - `engines`: validity, Spacer/CHC invariants (re-checked), k-induction and BMC.
-- `proofs` (+ `lowering_proofs`, `lifecycle_proofs`, `capacity_proofs`), `report`: the named
+- `proofs` (+ `lowering_proofs`, `lifecycle_proofs`, `capacity_proofs`, registered in
+  `obligations`), `report`: the named
   proof obligations and the committed `proofs/` directory.
 - `differential`: Z3-driven search for descriptors the model and `lower` judge differently.
 - `positives`, `adversary`: near-miss descriptors of the positive rows that must fail closed.

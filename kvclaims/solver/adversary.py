@@ -21,6 +21,7 @@ Classes realise all 16 mutation kinds of seed 000 section 8.2 (`seed_kind`) and 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import time
@@ -54,6 +55,7 @@ from kvclaims.solver.symbolic import (
     obligation_of,
 )
 from kvclaims.solver.z3env import DEFAULT_SEED, Job, any_of, decided
+from kvclaims.spec.tables import OBSERVING_ANCHOR_KINDS
 from kvclaims.spec.vocabulary import (
     AdapterDepth,
     ApproximationSignal,
@@ -1171,7 +1173,30 @@ def _yaml(mutant: Mutant) -> str:
         f"# near miss of the positive row {mutant.base}; view: {view}\n"
         f"# must fail closed: model {mutant.model.label}, kvclaims.spec.lower {mutant.python.label}\n"
     )
-    return header + block_yaml(mutant.document)
+    return header + block_yaml(_without_local_files(mutant.document))
+
+
+def _without_local_files(document: dict[str, Any]) -> dict[str, Any]:
+    """The mutant as written: a local trace or artifact anchor counts only if its file exists
+    next to the descriptor, and a written mutant is not next to the files its anchors name (the
+    shipped evidence, or none for the solver's synthetic anchors). Such a path becomes a URL
+    that names it, so the written file is judged as the mutant was, by its mutation alone."""
+    written = copy.deepcopy(document)
+    items = [
+        *written.get("native", []),
+        *(item for adapter in written.get("adapters", []) for item in adapter.get("evidence", [])),
+        *written.get("observations", []),
+    ]
+    for item in items:
+        anchor = item.get("anchor")
+        if (
+            anchor
+            and anchor.get("kind") in OBSERVING_ANCHOR_KINDS
+            and anchor.get("path")
+            and not anchor.get("repository")
+        ):
+            anchor["url"] = f"not-shipped:{anchor.pop('path')}"
+    return written
 
 
 def block_yaml(document: dict[str, Any]) -> str:

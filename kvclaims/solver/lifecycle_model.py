@@ -102,7 +102,3 @@ def request_step(phase: z3.ArithRef, event: z3.ArithRef) -> RequestStep:
 
 def event_in(event: z3.ArithRef, events: frozenset[Event] | set[Event]) -> z3.BoolRef:
     return any_of(event.ctx, [event == EVENTS.index(e) for e in sorted(events)])
-
-
-def phase_in(phase: z3.ArithRef, phases: frozenset[Phase] | set[Phase]) -> z3.BoolRef:
-    return any_of(phase.ctx, [phase == PHASES.index(p) for p in sorted(phases)])

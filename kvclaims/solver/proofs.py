@@ -6,7 +6,7 @@ result depends on which obligations ran before. The check returns an `Outcome`: 
 JSON-ready `detail` (witnesses, invariants, bounds, counterexamples), deterministic for the
 pinned z3 version. A check that exhausts its budget is `unknown`, never `proved`.
 
-The registry `ALL_OBLIGATIONS` is assembled from the lowering, lifecycle and capacity modules.
+The registry of every obligation is `kvclaims.solver.obligations.all_obligations`.
 """
 
 from __future__ import annotations
@@ -118,10 +118,3 @@ def run_obligation(
         rlimit=rlimit,
         seconds=time.perf_counter() - started,
     )
-
-
-def all_obligations() -> tuple[ProofObligation, ...]:
-    """Every obligation `kvclaims prove` runs, in report order."""
-    from kvclaims.solver import capacity_proofs, lifecycle_proofs, lowering_proofs
-
-    return (*lowering_proofs.OBLIGATIONS, *lifecycle_proofs.OBLIGATIONS, *capacity_proofs.OBLIGATIONS)

@@ -31,8 +31,9 @@ import z3
 
 from kvclaims.solver.facts import Facts
 from kvclaims.solver.z3env import Job, all_of
+from kvclaims.spec._types import is_blank
 from kvclaims.spec.descriptor import Descriptor
-from kvclaims.spec.evidence import Anchor, EvidenceItem, LoweringRow, Observation
+from kvclaims.spec.evidence import Anchor, EvidenceItem, LoweringRow, Observation, fits_scope
 from kvclaims.spec.verdict import LoweringRule
 from kvclaims.spec.vocabulary import (
     AdapterDepth,
@@ -152,13 +153,6 @@ class Layout:
             evidence.extend(EvidenceSite(i.obligation.value, index, i) for i in adapter.evidence)
         observations = tuple(ObservationSite(o.atom, o) for o in descriptor.observations)
         return cls(adapters, tuple(evidence), observations)
-
-    def with_spare_sites(self, sites: list[EvidenceSite]) -> Layout:
-        """This layout plus extra (initially absent) evidence sites, kept in candidate order."""
-        native = [s for s in (*self.evidence, *sites) if s.adapter is None]
-        by_adapter = [s for s in (*self.evidence, *sites) if s.adapter is not None]
-        by_adapter.sort(key=lambda s: s.adapter)  # stable: keeps item order inside an adapter
-        return Layout(self.adapters, (*native, *by_adapter), self.observations)
 
 
 def obligation_of(name: str, facts: Facts) -> Obligation:
@@ -319,14 +313,6 @@ class SymbolicDescriptor:
         literals += [z3.Not(var) for pre in self.preconditions for var in pre.values()]
         return literals
 
-    def fix_row(self, mode: ProtectionMode, depth: AdapterDepth) -> z3.BoolRef:
-        """The row is (`mode`, `depth`) with no inferences."""
-        return z3.And(
-            self.mode == MODES.index(mode),
-            self.depth == DEPTHS.index(depth),
-            *[var == NO_INFERENCE for var in self.inferred.values()],
-        )
-
     # --- reading a model back ---
 
     def decode(
@@ -466,7 +452,7 @@ def anchor_document(
     """An anchor (as a document) that has exactly `defect`; `None` for `absent`."""
     if defect is AnchorDefect.absent:
         return None
-    if template is not None and template.counts:
+    if template is not None and template.counts and fits_scope(template, scope):
         base = dict(_template_document(template))
     else:
         kind = _KIND_BY_SCOPE.get(scope, AnchorKind.trace)
@@ -513,13 +499,13 @@ def defect_of(anchor: Anchor | None) -> AnchorDefect:
         return AnchorDefect.absent
     if anchor.counts:
         return AnchorDefect.ok
-    if not (anchor.path.strip() or anchor.url.strip()):
+    if is_blank(anchor.path) and is_blank(anchor.url):
         return AnchorDefect.no_locator
-    if not anchor.note.strip():
+    if is_blank(anchor.note):
         return AnchorDefect.no_note
-    if anchor.kind is AnchorKind.trace and not anchor.ordering.strip():
+    if anchor.kind is AnchorKind.trace and is_blank(anchor.ordering):
         return AnchorDefect.trace_unordered
-    if anchor.kind is AnchorKind.trace and not anchor.claim_scope.strip():
+    if anchor.kind is AnchorKind.trace and is_blank(anchor.claim_scope):
         return AnchorDefect.trace_unscoped
     if anchor.sha256 is not None:
         return AnchorDefect.digest_unverified

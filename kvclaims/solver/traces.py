@@ -37,6 +37,7 @@ from kvclaims.solver.lifecycle_model import (
     request_step,
 )
 from kvclaims.solver.z3env import DEFAULT_SEED, Job, all_of, any_of, decided
+from kvclaims.spec.tracefile import closing_line
 from kvclaims.spec.vocabulary import ConformanceRule, ProtectionMode
 from kvclaims.statemachine.lifecycle import ClaimProfile, Event, Phase
 from kvclaims.statemachine.requests import RequestEvent, RequestPhase
@@ -626,6 +627,7 @@ def write_trace(cls: TraceClass, actions: tuple[Action, ...], seed: int = DEFAUL
             planted = writer.count + 1  # the seq of the planted event
         for event in writer.events(action, capacity=cls.capacity_check if last else None, seed=seed):
             lines.append(json.dumps(event))
+    lines.append(closing_line(writer.count + 1).decode().rstrip("\n"))
     return AdversarialTrace(cls, actions, tuple(lines), planted)
 
 

@@ -6,7 +6,8 @@ not guess. Enums stay lax so that YAML and JSON strings validate to members.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import unicodedata
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -23,15 +24,20 @@ from kvclaims.spec.tables import LEGACY_OBLIGATION_ALIASES, MAX_IDENTIFIER_LENGT
 from kvclaims.spec.vocabulary import Obligation
 
 __all__ = [
+    "MAX_PREFIX_BLOCKS",
+    "FormatVersion",
     "Identifier",
     "NonNegativeInt",
     "ObligationName",
     "PositiveInt",
+    "PositivePrefixBlocks",
+    "PrefixBlocks",
     "SpecModel",
     "StrictBool",
     "StrictInt",
     "StrictStr",
     "Text",
+    "is_blank",
 ]
 
 
@@ -47,8 +53,42 @@ Identifier = Annotated[StrictStr, Field(min_length=1, max_length=MAX_IDENTIFIER_
 Text = StrictStr
 """Free text (notes, reasons); may be empty, which for anchors means "not anchored"."""
 
+_INVISIBLE_CATEGORIES = frozenset({"Zs", "Zl", "Zp", "Cc", "Cf"})
+"""Separators, controls and format characters (zero-width spaces and joiners, BOM, bidi marks)."""
+_BLANK_SYMBOLS = frozenset("\u115f\u1160\u2800\u3164\uffa0")
+"""Letters and symbols that render as nothing (Hangul fillers, the blank Braille pattern)."""
+
+
+def is_blank(text: str) -> bool:
+    """Whether `text` shows nothing: empty, or only whitespace and invisible characters (a
+    field of zero-width or non-breaking spaces must not pass for a note or a path)."""
+    return all(char in _BLANK_SYMBOLS or unicodedata.category(char) in _INVISIBLE_CATEGORIES for char in text)
+
+
 PositiveInt = Annotated[StrictInt, Field(ge=1)]
 NonNegativeInt = Annotated[StrictInt, Field(ge=0)]
+
+MAX_PREFIX_BLOCKS = 1 << 24
+"""The most blocks one claimed prefix may span: 16,777,216 blocks is 268M tokens at 16 tokens
+per block (16M even at one token per block), past every context length and every device pool.
+Refinement tracks a claim's blocks by position, so a number past any real prefix (2^62) is
+refused as invalid input, with its field, rather than sizing the checker's state."""
+
+PrefixBlocks = Annotated[StrictInt, Field(ge=0, le=MAX_PREFIX_BLOCKS)]
+"""A count of, or a position in, one prefix's blocks."""
+PositivePrefixBlocks = Annotated[StrictInt, Field(ge=1, le=MAX_PREFIX_BLOCKS)]
+
+
+def _exact_integer(value: Any) -> Any:
+    """Refuse what equals an integer without being one (`true`, `1.0`): a literal's lax
+    comparison would take them."""
+    if type(value) is not int:
+        raise ValueError(f"must be an integer, not {type(value).__name__} {value!r}")
+    return value
+
+
+FormatVersion = Annotated[Literal[1], BeforeValidator(_exact_integer)]
+"""A file format's version number: exactly the JSON/YAML integer 1."""
 
 
 def _normalise_obligation(value: Any) -> Any:

@@ -4,7 +4,7 @@
     capacity_shortfall_blocks = max(0, resident_plus_active_blocks - usable_blocks)
 
 Runtimes (the MicroRuntime, the vLLM binding) build a `CapacityProof` from what they measured;
-checkers (refinement, the MicroRuntime's self-replay) ask `capacity_problem` whether a recorded
+checkers (refinement, the MicroRuntime's fuzzing machine) ask `capacity_problem` whether a recorded
 refusal's numbers are consistent. The Z3 model (`kvclaims.solver.capacity_model`) encodes the
 same equations and a test compares the two.
 """

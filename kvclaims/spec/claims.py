@@ -17,6 +17,7 @@ from kvclaims.spec._types import (
     Identifier,
     NonNegativeInt,
     PositiveInt,
+    PositivePrefixBlocks,
     SpecModel,
     StrictStr,
     Text,
@@ -51,7 +52,7 @@ class LeadingPrefixAtLeast(SpecModel):
     """
 
     kind: Literal["leading_prefix_at_least"] = "leading_prefix_at_least"
-    blocks: PositiveInt | None = Field(None, description="k in blocks; this or `tokens`.")
+    blocks: PositivePrefixBlocks | None = Field(None, description="k in blocks; this or `tokens`.")
     tokens: PositiveInt | None = Field(
         None, description="k in tokens, rounded up to whole blocks; this or `blocks`."
     )

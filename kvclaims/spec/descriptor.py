@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
-from kvclaims.spec._types import Identifier, SpecModel, StrictStr, Text
+from kvclaims.spec._types import FormatVersion, Identifier, SpecModel, StrictStr, Text, is_blank
 from kvclaims.spec.errors import DescriptorError, Problem
 from kvclaims.spec.evidence import (
     Adapter,
@@ -36,7 +36,7 @@ DESCRIPTOR_SUFFIXES = (".yaml", ".yml")
 class Descriptor(SpecModel):
     """What one runtime surface supplies, natively and through adapters, with anchors."""
 
-    descriptor: Literal[1] = Field(description="The format version; always 1.")
+    descriptor: FormatVersion = Field(description="The format version; always 1.")
     runtime: Identifier = Field(description="The runtime family (tensorrt-llm, sglang, vllm, ...).")
     surface: StrictStr = Field(min_length=1, description="The exact surface judged, human readable.")
     version: Text = Field("", description="The version pinned; this or `commit` is required.")
@@ -61,7 +61,7 @@ class Descriptor(SpecModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Descriptor:
-        if not (self.version.strip() or self.commit.strip()):
+        if is_blank(self.version) and is_blank(self.commit):
             raise ValueError("a descriptor must pin its surface with 'version' or 'commit'")
         if len(set(self.approximation_signals)) != len(self.approximation_signals):
             raise ValueError("approximation_signals lists a signal twice")
@@ -102,7 +102,7 @@ def load_descriptor(path: str | Path) -> Descriptor:
     except ValidationError as error:
         raise DescriptorError(_validation_problems(path, error, lines)) from None
     for anchor in descriptor.anchors():
-        anchor.verify_digest(path.parent)
+        anchor.verify(path.parent)
     return descriptor
 
 

@@ -8,6 +8,7 @@ are the shapes and the one local question an item can answer by itself: is its a
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from pathlib import Path
 from typing import Annotated
@@ -21,8 +22,9 @@ from kvclaims.spec._types import (
     SpecModel,
     StrictBool,
     Text,
+    is_blank,
 )
-from kvclaims.spec.tables import TELEMETRY_JOIN_PRECONDITIONS
+from kvclaims.spec.tables import OBSERVING_ANCHOR_KINDS, RUNTIME_SCOPES, TELEMETRY_JOIN_PRECONDITIONS
 from kvclaims.spec.vocabulary import (
     AdapterDepth,
     AnchorKind,
@@ -41,11 +43,13 @@ _DIGEST_CHUNK = 1 << 20
 class Anchor(SpecModel):
     """Where evidence can be checked: public docs, source at a commit, a trace, an artifact.
 
-    An anchor counts only with a non-empty locator (`path` or `url`) and a non-empty `note`.
+    An anchor counts only with a non-empty locator (`path` or `url`) and a non-empty `note`
+    (a field of invisible characters only, such as zero-width or non-breaking spaces, is empty).
     A trace anchor must also say how order is preserved (`ordering`) and how events are tied to
     the claim (`claim_scope`), because a trace without order or claim scope proves nothing about
-    a lifecycle. An anchor with `sha256` counts only once its file was found and matched
-    (`verify_digest`); until then it is unverified, which fails closed.
+    a lifecycle. A local trace or artifact anchor whose file does not exist never counts, and an
+    anchor with `sha256` counts only once its file was found and matched (`verify`); until then
+    it is unverified, which fails closed.
     """
 
     kind: AnchorKind = Field(description="What the anchor points at.")
@@ -65,6 +69,8 @@ class Anchor(SpecModel):
     )
     claim_ids: list[Identifier] = Field([], description="The claims of a trace the evidence is about.")
 
+    _resolved: Path | None = PrivateAttr(default=None)
+    _found: bool | None = PrivateAttr(default=None)
     _digest_verified: bool | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
@@ -73,23 +79,30 @@ class Anchor(SpecModel):
             raise ValueError("event_range must be [first, last] with first <= last")
         return self
 
+    @property
+    def local(self) -> bool:
+        """Whether `path` names a file next to the descriptor (not in a remote repository)."""
+        return not is_blank(self.path) and is_blank(self.repository)
+
     def problems(self) -> list[str]:
         """Why this anchor does not count; empty when it does."""
         found: list[str] = []
-        if not (self.path.strip() or self.url.strip()):
+        if is_blank(self.path) and is_blank(self.url):
             found.append("anchor has neither path nor url")
-        if not self.note.strip():
+        if is_blank(self.note):
             found.append("anchor has no note")
         if self.kind is AnchorKind.trace:
-            if not self.ordering.strip():
+            if is_blank(self.ordering):
                 found.append("trace anchor does not say how event order is preserved")
-            if not self.claim_scope.strip():
+            if is_blank(self.claim_scope):
                 found.append("trace anchor does not say how events are tied to the claim")
-        if self.sha256 is not None and self._digest_verified is not True:
+        if self._found is False:
+            found.append(f"anchored {self.kind} file does not exist: {self._resolved}")
+        elif self.sha256 is not None and self._digest_verified is not True:
             found.append(
                 "anchor digest not verified"
                 if self._digest_verified is None
-                else "anchored file is missing or its sha256 does not match"
+                else f"sha256 of the anchored file {self._resolved} does not match"
             )
         return found
 
@@ -97,15 +110,39 @@ class Anchor(SpecModel):
     def counts(self) -> bool:
         return not self.problems()
 
-    def verify_digest(self, base_dir: Path) -> None:
-        """Check `sha256` against the local file at `path` (relative to `base_dir`).
-
-        Only local files can be verified; a digest on a URL-only anchor stays unverified.
-        """
-        if self.sha256 is None:
+    def verify(self, base_dir: Path) -> None:
+        """Check the file at `path` (relative to `base_dir`, the descriptor's folder): a local
+        trace or artifact anchor counts only if the file exists, and an anchor with `sha256`
+        only if the digest matches. A digest on a URL-only anchor stays unverified (and so does
+        not count)."""
+        if is_blank(self.path):
             return
-        target = (base_dir / self.path) if self.path.strip() else None
-        self._digest_verified = target is not None and _file_sha256(target) == self.sha256
+        self._resolved = Path(os.path.abspath(base_dir / self.path))
+        if self.local and self.kind in OBSERVING_ANCHOR_KINDS:
+            self._found = _is_file(self._resolved)
+        if self.sha256 is not None:
+            self._digest_verified = _file_sha256(self._resolved) == self.sha256
+
+
+def fits_scope(anchor: Anchor, scope: EvidenceScope) -> bool:
+    """Whether `anchor` can show evidence of `scope`: runtime evidence (observed, or generated
+    by a run) is anchored where the run shows it, a trace or an artifact."""
+    return scope not in RUNTIME_SCOPES or anchor.kind in OBSERVING_ANCHOR_KINDS
+
+
+def _anchor_fits_scope(anchor: Anchor | None, scope: EvidenceScope) -> None:
+    if anchor is not None and not fits_scope(anchor, scope):
+        raise ValueError(
+            f"scope {scope} is what a run showed, so it needs a trace or artifact anchor; "
+            f"a {anchor.kind} anchor shows what the code could do, not what it did"
+        )
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):  # a name no file system accepts (a NUL byte, too long)
+        return False
 
 
 def _file_sha256(path: Path) -> str | None:
@@ -115,13 +152,17 @@ def _file_sha256(path: Path) -> str | None:
             while chunk := handle.read(_DIGEST_CHUNK):
                 digest.update(chunk)
         return digest.hexdigest()
-    except OSError:
+    except (OSError, ValueError):
         return None
 
 
 class EvidenceItem(SpecModel):
     """One statement about one obligation. Its depth is the depth of where it is listed:
-    `native` items are depth `none`, adapter items have their adapter's depth."""
+    `native` items are depth `none`, adapter items have their adapter's depth. Evidence of a
+    scope a run produces (`litmus_trace`, `conformance_trace`, `controlled_pressure`,
+    `failure_injection`, `artifact_generated`) must be anchored by a trace or an artifact: a docs
+    or source anchor is invalid there, so neither ever evidences an enforcement, a pressure
+    observation or a backend patch (whose items must be of such a scope)."""
 
     obligation: ObligationName = Field(
         description="The obligation the item is about (legacy `active_refusal_or_defer` is read as "
@@ -132,15 +173,26 @@ class EvidenceItem(SpecModel):
     anchor: Anchor | None = Field(None, description="Where it can be checked; unanchored items never count.")
     note: Text = ""
 
+    @model_validator(mode="after")
+    def _anchor_shows_the_scope(self) -> EvidenceItem:
+        _anchor_fits_scope(self.anchor, self.scope)
+        return self
+
 
 class Observation(SpecModel):
     """An observed behaviour atom (e.g. a pressure control), needed by some modes besides
-    obligations. Counts only anchored and observed (never from docs)."""
+    obligations. Counts only anchored and observed (never from docs); an observed scope needs a
+    trace or artifact anchor."""
 
     atom: ObservationAtom = Field(description="The behaviour observed.")
     scope: EvidenceScope = Field(description="How it was observed; docs never count.")
     anchor: Anchor | None = Field(None, description="Where it can be checked; required to count.")
     note: Text = ""
+
+    @model_validator(mode="after")
+    def _anchor_shows_the_scope(self) -> Observation:
+        _anchor_fits_scope(self.anchor, self.scope)
+        return self
 
 
 class Adapter(SpecModel):

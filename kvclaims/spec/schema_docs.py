@@ -50,6 +50,7 @@ TRACE_EXAMPLE: tuple[Mapping[str, Any], ...] = (
         "usable_blocks": 80,
         "capacity_shortfall_blocks": 50,
     },
+    {"seq": 4, "event": "trace_closed", "reason": "closed"},
 )
 """The example trace of the trace-format introduction (a test checks that it is accepted)."""
 
@@ -59,17 +60,36 @@ _INTROS: Mapping[str, str] = {
 
 A trace is what a runtime did, one JSON object per line (NDJSON, UTF-8), for `kvclaims check`
 to judge against the model (DESIGN.md 3 and 4). Line 1 is the **header**; every other line is
-one **event**, named by its `event` field, with a `seq` that strictly increases. For example, a
-hard-protected claim of 60 blocks, and a 70-block request refused on an 80-block pool:
+one **event**, named by its `event` field, with a `seq` that strictly increases; the last line
+of a complete trace is `trace_closed`. For example, a hard-protected claim of 60 blocks, and a
+70-block request refused on an 80-block pool:
 
 ```json
 {trace_example}
 ```
 
-Fail closed: a line that is not JSON, a missing required field, a wrong type or a `seq` that
-does not increase makes the trace `invalid` (exit 2, with the line and field). Unknown *fields*
-are kept and ignored, so a runtime may add its own context; an unknown *event type* makes the
-verdict `inconclusive`, never `accepted`. Which sequences of events are legal (identity,
+Fail closed: a line that is not JSON, a missing required field, a wrong type (`true` or `1.0`
+where an integer is expected, the header's `kvclaims_trace` included), a duplicate key in one
+object, a block count or position past 16,777,216 (no prefix spans more blocks) or a `seq` that
+does not increase makes the trace `invalid` (exit 2, with the line and field).
+
+Unknown *fields*: one whose name is close to a field of its line (`duration_stpes`,
+`usable_blox`) is a typo and makes the trace `invalid`, with a did-you-mean, because ignoring it
+would silently change what the line means. Any other unknown field is the runtime's own context
+(`engine_step`, `mono_ns`): kept, never checked, and listed in the verdict's notes;
+`kvclaims check --strict` (`check_trace(..., strict=True)`) refuses every field outside this
+page instead. An unknown *event type* is reported with its line and the closest known type, and
+makes the verdict `inconclusive` (exit 3), never `accepted`: even when a later line breaks a
+rule, the verdict names the unknown event (that later line is a note), because the unknown event
+may be what the runtime did instead.
+
+A trace may be gzip-compressed (recognised by its first bytes, whatever the file name; read as a
+stream) and may start with a UTF-8 byte-order mark (ignored). With `--format auto`, a file no
+format recognises is read as trace v1, whose own error says what is wrong (an empty file, a
+missing header, bad JSON or an over-long line 1). A trace that does not end with `trace_closed`
+is truncated (its writer crashed, was killed, or is still writing): `inconclusive` unless judged
+as an open prefix (`kvclaims check --open`), and a line after `trace_closed` makes the trace
+`invalid`. Which sequences of events are legal (identity,
 lifecycle, capacity arithmetic, attribution, offload order, no silent harm, two-key
 checkpoints) is the subject of refinement, DESIGN.md 4; this page is the shape of each line.
 The machine-readable form is `schemas/trace-v1-header.schema.json` and
@@ -250,7 +270,7 @@ def _extra_fields(definition: Schema) -> str:
     if extra is False:
         return "Unknown fields are errors."
     if extra is True:
-        return "Unknown fields are kept and ignored."
+        return "Unknown fields: a misspelt one is an error, others are kept as context (see above)."
     return ""
 
 

@@ -15,6 +15,7 @@ from types import MappingProxyType
 
 from kvclaims.spec.vocabulary import (
     AdapterDepth,
+    AnchorKind,
     ApproximationSignal,
     EvidenceScope,
     Label,
@@ -121,6 +122,11 @@ OBSERVED_SCOPES: frozenset[EvidenceScope] = frozenset(
 
 # Scopes an adapter's evidence needs: docs and source inspection never make an adapter positive.
 RUNTIME_SCOPES: frozenset[EvidenceScope] = OBSERVED_SCOPES | {EvidenceScope.artifact_generated}
+
+# Anchors that can show what a runtime did: a recorded trace, or an artifact a run generated.
+# Evidence of a runtime scope needs one (docs or source show what the code could do, never an
+# observation, an enforcement or what a backend patch's exercised run did), and its file must exist.
+OBSERVING_ANCHOR_KINDS: frozenset[AnchorKind] = frozenset({AnchorKind.trace, AnchorKind.artifact})
 
 # A telemetry_join adapter supplies anything only when all nine hold (seed 000 table 5).
 TELEMETRY_JOIN_PRECONDITIONS: frozenset[TelemetryJoinPrecondition] = frozenset(TelemetryJoinPrecondition)

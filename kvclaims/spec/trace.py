@@ -1,9 +1,10 @@
 """kvclaims trace v1 (DESIGN 3): the header line and every event type, as pydantic models.
 
 A trace is NDJSON: line 1 is a `TraceHeader`, every other line one event whose `event` field
-names its type and whose `seq` strictly increases. Unknown *fields* are kept and ignored (so
-runtimes can add context); an unknown event *type* is not an error here but makes a refinement
-verdict `inconclusive`, never `accepted`.
+names its type and whose `seq` strictly increases. Unknown *fields* are kept (runtimes add
+context), except that refinement refuses a misspelt one (and, with `strict`, any); an unknown
+event *type* is not an error here but makes a refinement verdict `inconclusive`, never
+`accepted`.
 
 These models are the schema of record: the committed JSON Schemas are generated from them, the
 MicroRuntime and the vLLM binding construct them, and the refinement reader derives its fast
@@ -17,7 +18,16 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from kvclaims.spec._types import Identifier, NonNegativeInt, PositiveInt, StrictStr, Text
+from kvclaims.spec._types import (
+    FormatVersion,
+    Identifier,
+    NonNegativeInt,
+    PositiveInt,
+    PositivePrefixBlocks,
+    PrefixBlocks,
+    StrictStr,
+    Text,
+)
 from kvclaims.spec.claims import CacheIdentity, MaterializationPredicate
 from kvclaims.spec.vocabulary import ProtectionMode
 
@@ -34,7 +44,7 @@ class TraceHeader(_TraceModel):
     """Line 1 of every trace. `usable_blocks` is the pool the capacity proofs refer to; when it
     is known here, every refusal's `usable_blocks` must equal it."""
 
-    kvclaims_trace: Literal[1] = Field(description="The trace format version; always 1.")
+    kvclaims_trace: FormatVersion = Field(description="The trace format version; always 1.")
     source: Text | None = Field(None, description="What produced the trace (runtime, scenario).")
     usable_blocks: NonNegativeInt | None = Field(
         None, description="KV blocks in the pool that capacity proofs refer to; null when unknown."
@@ -64,7 +74,7 @@ class ConflictReason(StrEnum):
 class Checkpoint(_TraceModel):
     """A two-key checkpoint at boundary B (seed 002): immutable payload bytes and logical value."""
 
-    boundary: NonNegativeInt = Field(description="The block boundary B the checkpoint belongs to.")
+    boundary: PrefixBlocks = Field(description="The block boundary B the checkpoint belongs to.")
     payload_hash: Identifier = Field(description="Hash of the checkpoint's bytes.")
     value_hash: Identifier = Field(
         description="Hash of the checkpoint's logical value; only this key establishes equality."
@@ -84,7 +94,7 @@ class _ClaimTerms(_ClaimEvent):
     owner_scope: Identifier = Field(description="Who owns the claim (tenant, application).")
     object_id: Identifier = Field(description="The reusable prefix object the claim is about.")
     mode: ProtectionMode = Field(description="What the claim promises.")
-    footprint_blocks: PositiveInt = Field(description="KV blocks the claim protects.")
+    footprint_blocks: PositivePrefixBlocks = Field(description="KV blocks the claim protects.")
     predicate: MaterializationPredicate = Field(description="When the claim counts as materialized.")
     duration_steps: PositiveInt | None = Field(
         None, description="Steps after acceptance at which the claim expires (expiring claims)."
@@ -114,9 +124,7 @@ class ResidentClaimMaterialized(_ClaimEvent):
     """The predicate holds now: `leading_blocks` contiguous leading blocks are resident."""
 
     event: Literal["resident_claim_materialized"] = "resident_claim_materialized"
-    leading_blocks: NonNegativeInt = Field(
-        description="Contiguous leading blocks of the prefix resident now."
-    )
+    leading_blocks: PrefixBlocks = Field(description="Contiguous leading blocks of the prefix resident now.")
     checkpoint: Checkpoint | None = Field(
         None, description="The checkpoint recorded at materialization (hybrid two-key claims)."
     )
@@ -147,15 +155,17 @@ class ResidentClaimHarmed(_ClaimEvent):
     """An accepted, preserving claim fell below its predicate with no prior release."""
 
     event: Literal["resident_claim_harmed"] = "resident_claim_harmed"
-    leading_blocks: NonNegativeInt = Field(description="Contiguous leading blocks still resident.")
-    required_blocks: PositiveInt = Field(description="Contiguous leading blocks the predicate needs.")
+    leading_blocks: PrefixBlocks = Field(description="Contiguous leading blocks still resident.")
+    required_blocks: PositivePrefixBlocks = Field(
+        description="Contiguous leading blocks the predicate needs."
+    )
 
 
 class ResidentClaimLost(_ClaimEvent):
     """A best_effort / soft_priority claim fell below its predicate: reported, not harm."""
 
     event: Literal["resident_claim_lost"] = "resident_claim_lost"
-    leading_blocks: NonNegativeInt = Field(description="Contiguous leading blocks still resident.")
+    leading_blocks: PrefixBlocks = Field(description="Contiguous leading blocks still resident.")
 
 
 class ResidentClaimOffloaded(_ClaimEvent):
@@ -192,7 +202,7 @@ class ResidentClaimCheckpointRestored(_ClaimEvent):
     materialization checkpoint satisfies the predicate."""
 
     event: Literal["resident_claim_checkpoint_restored"] = "resident_claim_checkpoint_restored"
-    boundary: NonNegativeInt = Field(description="The block boundary B restored.")
+    boundary: PrefixBlocks = Field(description="The block boundary B restored.")
     payload_hash: Identifier = Field(description="Hash of the restored bytes.")
     value_hash: Identifier = Field(description="Hash of the restored logical value.")
 
@@ -267,7 +277,7 @@ class RequestReused(_Event):
     event: Literal["request_reused"] = "request_reused"
     request_id: Identifier = Field(description="The request that reused the claim's object.")
     claim_id: Identifier = Field(description="The claim reused.")
-    cached_blocks: NonNegativeInt = Field(description="Leading blocks served from the cache.")
+    cached_blocks: PrefixBlocks = Field(description="Leading blocks served from the cache.")
     predicate_satisfied: StrictBool = Field(description="Whether the claim's predicate held at reuse.")
 
 
@@ -290,7 +300,7 @@ class _BlockEvent(_Event):
         None, description="The tier (gpu or device, or absent: the device pool; others: e.g. cpu)."
     )
     claim_id: Identifier | None = Field(None, description="The claim the block belongs to, if claimed.")
-    position: NonNegativeInt | None = Field(
+    position: PrefixBlocks | None = Field(
         None, description="Index of the block in the claim's prefix (0 is the first)."
     )
 
@@ -316,6 +326,27 @@ class FaultInjected(_Event):
     request_id: Identifier | None = Field(None, description="The request the fault targets, if any.")
 
 
+class CloseReason(StrEnum):
+    """Why a trace writer ended its trace: the owner closed it (`closed`), the engine shut down
+    (`engine_shutdown`), a signal ended the process (`SIGTERM`, `SIGINT`), or the interpreter
+    exited with the trace still open (`atexit`)."""
+
+    closed = "closed"
+    engine_shutdown = "engine_shutdown"
+    SIGTERM = "SIGTERM"
+    SIGINT = "SIGINT"
+    atexit = "atexit"
+
+
+class TraceClosed(_Event):
+    """The last line of a complete trace: the writer ended the stream cleanly. A kvclaims-v1
+    trace without it is truncated (refinement: `inconclusive`, unless judged as an open
+    prefix), and a line after it makes the trace invalid. Not a step of the model."""
+
+    event: Literal["trace_closed"] = "trace_closed"
+    reason: CloseReason = Field(description="Why the writer ended the trace.")
+
+
 _EVENT_CLASSES: tuple[type[_Event], ...] = (
     ResidentClaimSubmitted,
     ResidentClaimAccepted,
@@ -339,6 +370,7 @@ _EVENT_CLASSES: tuple[type[_Event], ...] = (
     BlockStored,
     BlockRemoved,
     FaultInjected,
+    TraceClosed,
 )
 
 EVENT_MODELS: dict[str, type[_Event]] = {

@@ -2,7 +2,7 @@
 
 Start vLLM with the binding (docs/vllm-binding.md):
 
-    vllm serve MODEL --scheduler-cls kvclaims.vllm_binding.ClaimScheduler
+    kvclaims serve MODEL --trace trace.ndjson   (vLLM's OpenAI server with the binding)
     vllm.LLM(MODEL, **BindingConfig(trace_path="trace.ndjson").engine_kwargs())
 
 Offloadable claims add the claim connector (`connector`, with `offload_spec` and

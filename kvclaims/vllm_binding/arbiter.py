@@ -39,6 +39,7 @@ from vllm.v1.kv_cache_interface import FullAttentionSpec
 from vllm.v1.request import Request, RequestStatus
 
 from kvclaims.spec.claims import CacheIdentity, LeadingPrefixAtLeast
+from kvclaims.spec.ids import RetiredIds
 from kvclaims.spec.tables import MAX_IDENTIFIER_LENGTH
 from kvclaims.spec.trace import (
     ActiveRequestAdmitted,
@@ -46,6 +47,7 @@ from kvclaims.spec.trace import (
     ActiveRequestRefused,
     BlockRemoved,
     BlockStored,
+    CloseReason,
     ConflictReason,
     FaultInjected,
     RequestFinished,
@@ -66,6 +68,7 @@ from kvclaims.spec.vocabulary import ClaimState, ProtectionMode
 from kvclaims.statemachine.ledger import ConflictAction, Loss, fewest_oldest, next_request_phase
 from kvclaims.statemachine.lifecycle import SATISFIABLE, SETTLED, Event, Phase
 from kvclaims.statemachine.requests import RequestEvent, RequestPhase
+from kvclaims.vllm_binding import shutdown
 from kvclaims.vllm_binding.capacity import CapacityProof, peak_live_blocks
 from kvclaims.vllm_binding.config import SUPPORTED_MODES, BindingConfig
 from kvclaims.vllm_binding.metadata import (
@@ -93,6 +96,12 @@ _MAX_NAMED_IN_STOP_REASON = 8
 
 PINNED_SWEEP_STEPS = 32
 """Pinned blocks are re-verified at least this often even without a known hash-stripping path."""
+
+
+NOTE_PREFIX = "kvclaims:"
+"""Stop reasons the binding writes start with this: `kvclaims:refused:...`,
+`kvclaims:claim_<accepted|attached|released|demoted>:<claim id>` and
+`kvclaims:claim_rejected:<claim id or ->:<reason>`."""
 
 
 def trace_request_id(request_id: str) -> str:
@@ -145,6 +154,8 @@ class RequestBook:
     checked_version: int = -1
     restores: list[str] = field(default_factory=list)
     """Offloaded claims this request loads back (their blocks become its blocks)."""
+    claim_note: str | None = None
+    """What happened to the request's claim operation, for the caller (`NOTE_PREFIX`)."""
 
     @property
     def feeds(self) -> list[str]:
@@ -184,6 +195,12 @@ class ClaimArbiter:
         self.ledger = self.registry.ledger
         self.step = 0
         self._books: dict[str, RequestBook] = {}
+        self._claim_notes: dict[str, str] = {}
+        """Claim notes of requests that finished this step, by vLLM request id."""
+        self._traced_ids = RetiredIds()
+        """Every request trace id used so far (request-id reuse gets a new lifetime id)."""
+        self._lifetimes: dict[str, int] = {}
+        """The last lifetime of each request id that was reused (grows only with reuse)."""
         self._materializing: set[ClaimRecord] = set()
         self._deferred: set[str] = set()
         self._finished: list[tuple[str, str, str | None]] = []
@@ -191,7 +208,6 @@ class ClaimArbiter:
         self._rejection_handles = 0
         self._depth = 0
         self._pins_suspect = False
-        self._flushed_at_step = -1
         self.sink: EventSink = self._open_sink()
         self.offload: ClaimOffload | None = ClaimOffload.attach(self, scheduler)
         """The CPU-tier side (offload, restore, restoration failures); None without the
@@ -211,7 +227,9 @@ class ClaimArbiter:
             block_size=self.block_size,
             cache_identity=self.cache_identity(""),
         )
-        return TraceSink.open(path.replace("{dp_rank}", str(rank)), header)
+        sink = TraceSink.open(path.replace("{dp_rank}", str(rank)), header)
+        shutdown.guard(sink)
+        return sink
 
     def _emit(self, event_type: type[_Event], **fields: Any) -> None:
         if self.sink.enabled:
@@ -231,14 +249,13 @@ class ClaimArbiter:
 
     def leave(self) -> None:
         """A vLLM entry point returns. Events were emitted at consistent points; the outermost
-        return hands them to the file, at most once per engine step (and on reset / close)."""
+        return hands them to the trace file, whose flusher gets them to the OS within its
+        bound even if the engine then goes idle."""
         self._depth -= 1
         if self._depth == 0:
             if self._finished:
                 self._drain_finished()
-            if self._flushed_at_step != self.step:
-                self._flushed_at_step = self.step
-                self.sink.flush()
+            self.sink.flush()
 
     @contextmanager
     def entry(self) -> Iterator[None]:
@@ -258,11 +275,11 @@ class ClaimArbiter:
             request_id=None if request_id is None else trace_request_id(request_id),
         )
 
-    def close(self) -> None:
-        """Report the requests that finished since the last consistent point and close the
-        trace (nothing is written after)."""
+    def close(self, reason: CloseReason = CloseReason.closed) -> None:
+        """End the trace with `trace_closed`: `reason`, or the termination signal that led
+        here (see `shutdown`)."""
         self._drain_finished()
-        self.sink.close()
+        self.sink.close(shutdown.reason(reason))
 
     def release_everything(self) -> None:
         """Drop every claim's pins and host-copy holds without reporting (the arbiter is being
@@ -293,10 +310,12 @@ class ClaimArbiter:
         """vLLM accepted `request`: open its book and carry out its claim operation, if any
         (submit: a claim accepted into the registry or rejected with a reason; attach: the
         request feeds an existing claim; release / demote by the claim's owner)."""
-        book = RequestBook(trace_id=trace_request_id(request.request_id))
+        book = RequestBook(trace_id=self._lifetime_id(request.request_id))
         self._books[request.request_id] = book
         params = request.sampling_params
-        parsed = parse_claim_metadata(None if params is None else params.extra_args)
+        parsed = parse_claim_metadata(
+            None if params is None else params.extra_args, typed=self.config.typed_metadata
+        )
         if parsed is None:
             return
         if isinstance(parsed, MetadataRejection):
@@ -313,6 +332,21 @@ class ClaimArbiter:
         else:
             self._owner_settles(parsed, owner, book)
 
+    def _lifetime_id(self, request_id: str) -> str:
+        """The trace id of this lifetime of `request_id`. vLLM lets a finished request's id be
+        used again; each later lifetime is traced as `id#2`, `id#3`, ... (bounded, hashed
+        membership: a collision only renumbers a fresh id, never merges two lifetimes)."""
+        base = trace_request_id(request_id)
+        lifetime = self._lifetimes.get(base, 1)
+        candidate = base if lifetime == 1 else trace_request_id(f"{base}#{lifetime}")
+        while candidate in self._traced_ids:
+            lifetime += 1
+            candidate = trace_request_id(f"{base}#{lifetime}")
+        if lifetime > 1:
+            self._lifetimes[base] = lifetime
+        self._traced_ids.add(candidate)
+        return candidate
+
     def _reject(self, claim_id: str | None, reason: str, book: RequestBook, *, spend: bool) -> None:
         """Refuse a claim operation; the request is served as an ordinary one.
 
@@ -321,13 +355,15 @@ class ClaimArbiter:
         already decided, an operation on an existing claim) get a fresh `rejected-N` handle,
         with the named id (bounded) in the reason.
         """
+        book.claim_note = f"{NOTE_PREFIX}claim_rejected:{claim_id or '-'}:{reason}"
         if spend and claim_id is not None and not self.registry.is_decided(claim_id):
             self.registry.decide(claim_id)
             subject = claim_id
         else:
             self._rejection_handles += 1
             subject = f"rejected-{self._rejection_handles}"
-            reason = f"claim {shown(claim_id)}: {reason}"
+            if claim_id is not None:
+                reason = f"claim {shown(claim_id)}: {reason}"
         logger.info("kvclaims: request %s: claim operation rejected: %s", book.trace_id, reason)
         self._emit(ResidentClaimRejected, claim_id=subject, reason=reason, request_id=book.trace_id)
 
@@ -392,6 +428,7 @@ class ClaimArbiter:
         if record.claim.duration_steps is not None:
             self.ledger.expire_at(record, step=record.accepted_step + record.claim.duration_steps)
         self._emit(ResidentClaimAccepted, request_id=book.trace_id, **terms)
+        book.claim_note = f"{NOTE_PREFIX}claim_accepted:{record.claim_id}"
 
     def _submission_problem(self, request: Request, op: ClaimRequest) -> str | None:
         if self.unsupported is not None:
@@ -446,6 +483,7 @@ class ClaimArbiter:
             self._reject(op.claim_id, "attach: the claim belongs to another owner", book, spend=False)
         else:
             book.attached = record.claim_id
+            book.claim_note = f"{NOTE_PREFIX}claim_attached:{record.claim_id}"
             record.feeders.add(request.request_id)
             if record.responsible and record.leading_blocks < len(record.slots):
                 self._materializing.add(record)
@@ -458,8 +496,10 @@ class ClaimArbiter:
             self._reject(op.claim_id, f"{op.op}: the claim belongs to another owner", book, spend=False)
         elif op.op is ClaimOp.release:
             self._release(record, f"released by its owner (request {book.trace_id})")
+            book.claim_note = f"{NOTE_PREFIX}claim_released:{record.claim_id}"
         elif record.responsible:
             self._settle(record, Event.demote, f"demoted by its owner (request {book.trace_id})")
+            book.claim_note = f"{NOTE_PREFIX}claim_demoted:{record.claim_id}"
         else:
             self._reject(op.claim_id, f"demote: the claim is already {record.state}", book, spend=False)
 
@@ -898,6 +938,21 @@ class ClaimArbiter:
         for client_index, output in self._refusals:
             outputs.setdefault(client_index, EngineCoreOutputs()).outputs.append(output)
         self._refusals.clear()
+        self._note_claims(outputs)
+
+    def _note_claims(self, outputs: dict[int, EngineCoreOutputs]) -> None:
+        """Tell each finished caller what happened to its claim operation: an output that
+        finished without a stop reason (length, abort) carries the claim note as its
+        `stop_reason`, which vLLM's OpenAI server returns as the choice's `stop_reason`. A stop
+        token or string keeps its own reason (the trace still has the outcome)."""
+        notes = self._claim_notes
+        if notes:
+            for batch in outputs.values():
+                for output in batch.outputs:
+                    note = notes.get(output.request_id)
+                    if note is not None and output.finished and output.stop_reason is None:
+                        output.stop_reason = note
+            notes.clear()
 
     def on_request_finishing(self, request: Request) -> None:
         """Last moment the request's blocks are reachable: let it feed its claims, then book
@@ -905,6 +960,8 @@ class ClaimArbiter:
         book = self._books.pop(request.request_id, None)
         if book is None:
             return
+        if book.claim_note is not None:
+            self._claim_notes[request.request_id] = book.claim_note
         self._deferred.discard(request.request_id)
         if self.offload is not None:
             self.offload.request_finishing(request.request_id)

@@ -72,9 +72,6 @@ class ClaimAwareLRUPolicy(LRUCachePolicy):
     def held_claims(self) -> frozenset[str]:
         return frozenset(self._keys_of)
 
-    def is_held(self, key: OffloadKey) -> bool:
-        return key in self._holders
-
     # -- vLLM's CachePolicy ----------------------------------------------------------------
 
     def evict(self, n: int, protected: set[OffloadKey]) -> list[tuple[OffloadKey, ChunkStatus]] | None:

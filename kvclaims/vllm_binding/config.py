@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, StrictBool, ValidationError, model_validator
 
 from kvclaims.spec._types import Identifier, PositiveInt, SpecModel, StrictStr
 from kvclaims.spec.errors import InputError, Problem
@@ -132,6 +132,9 @@ class BindingConfig(SpecModel):
     """When the CPU tier is full of claimed host copies: `keep` them (new stores are dropped,
     as vLLM drops any store that does not fit), or `demote` the oldest offloadable claims
     first (reported before any of their chunks can be evicted)."""
+    typed_metadata: StrictBool = False
+    """Refuse claim operations whose raw JSON types the HTTP boundary did not check
+    (`http.ClaimMetadataMiddleware`; `kvclaims serve` installs it and sets this)."""
     negative_control: Literal["fallback_recompute", "generic_counters"] | None = None
     """NEGATIVE CONTROLS ONLY: replace the claim-scoped failure path with a deliberately unsound
     one whose traces refinement must reject: `fallback_recompute` recomputes a failed

@@ -26,6 +26,33 @@ from kvclaims.spec.vocabulary import ProtectionMode
 
 KEY_PREFIX = "kvclaims_"
 
+RAW_TYPES_KEY = "kvclaims_raw_types"
+"""The marker the HTTP boundary adds after checking the claim fields' raw JSON types (vLLM's
+request model coerces JSON `true` to `1` before the binding sees it)."""
+
+RAW_TYPES_OK = "ok"
+
+INTEGER_KEYS: tuple[str, ...] = (
+    "kvclaims_footprint_blocks",
+    "kvclaims_predicate_blocks",
+    "kvclaims_predicate_tokens",
+    "kvclaims_duration_steps",
+)
+"""Claim fields that must be JSON integers (never booleans, floats or strings)."""
+
+STRING_KEYS: tuple[str, ...] = (
+    "kvclaims_op",
+    "kvclaims_claim_id",
+    "kvclaims_mode",
+    "kvclaims_object_id",
+    "kvclaims_owner",
+    "kvclaims_owner_token",
+)
+"""Claim fields that must be JSON strings."""
+
+MAX_RAW_TYPES_REASON = 200
+"""Longest reason the boundary's marker may carry into a rejection."""
+
 MAX_CLAIM_NUMBER = 2**31 - 1
 """Bound on every numeric claim field before any arithmetic: larger is rejected outright."""
 
@@ -54,6 +81,8 @@ KEYS: Mapping[str, str] = MappingProxyType(
         "kvclaims_object_id": "the reusable prefix object's id (default: the claim id)",
         "kvclaims_owner": "owner scope (trust: see docs/vllm-binding.md)",
         "kvclaims_owner_token": "hex HMAC-SHA256 of the owner, when the engine requires one",
+        RAW_TYPES_KEY: "set by the HTTP boundary (`http.ClaimMetadataMiddleware`), never by "
+        "clients: `ok`, or why the raw JSON types of the claim fields are wrong",
     }
 )
 """Every key the binding reads. Any other `kvclaims_*` key rejects the claim operation."""
@@ -113,8 +142,39 @@ def usable_identifier(value: object) -> str | None:
     return None
 
 
-def parse_claim_metadata(extra_args: object) -> ClaimRequest | MetadataRejection | None:
-    """The claim operation a request carries; None when it carries none (no `kvclaims_*` key)."""
+def raw_type_problem(xargs: Mapping[str, object]) -> str | None:
+    """Why the raw JSON of a request's claim fields has the wrong types (checked before vLLM's
+    coercions: a JSON boolean must never become a 1-block footprint), or None. `xargs` is the
+    request's `vllm_xargs` object exactly as decoded from the client's JSON."""
+    for key in sorted(k for k in xargs if k.startswith(KEY_PREFIX)):
+        value = xargs[key]
+        if key in INTEGER_KEYS and type(value) is not int:
+            return f"{key} must be a JSON integer, got {_json_type(value)}"
+        if key in STRING_KEYS and not isinstance(value, str):
+            return f"{key} must be a JSON string, got {_json_type(value)}"
+    return None
+
+
+def _json_type(value: object) -> str:
+    """`JSON boolean true`, `JSON number 4.0`, `JSON string '4'`, `JSON array`, ... (bounded)."""
+    if value is None:
+        return "JSON null"
+    if isinstance(value, bool):
+        return f"JSON boolean {str(value).lower()}"
+    if isinstance(value, str):
+        return f"JSON string {shown(value)}"
+    if isinstance(value, (int, float)):
+        return f"JSON number {shown(value).split(' ', 1)[1]}"
+    return "JSON array" if isinstance(value, list) else "JSON object"
+
+
+def parse_claim_metadata(
+    extra_args: object, *, typed: bool = False
+) -> ClaimRequest | MetadataRejection | None:
+    """The claim operation a request carries; None when it carries none (no `kvclaims_*` key).
+
+    With `typed`, the claim fields must carry the HTTP boundary's raw-type marker
+    (`RAW_TYPES_KEY`): values whose original JSON type nobody checked are refused."""
     if not isinstance(extra_args, Mapping):
         return None
     keys = [k for k in extra_args if isinstance(k, str) and k.startswith(KEY_PREFIX)]
@@ -126,6 +186,12 @@ def parse_claim_metadata(extra_args: object) -> ClaimRequest | MetadataRejection
     def reject(reason: str) -> MetadataRejection:
         return MetadataRejection(reason=reason, claim_id=claim_id)
 
+    raw_types = extra_args.get(RAW_TYPES_KEY)
+    if raw_types is None and typed:
+        return reject("claim metadata did not pass the HTTP boundary's JSON type check")
+    if raw_types is not None and raw_types != RAW_TYPES_OK:
+        text = raw_types if isinstance(raw_types, str) else "malformed marker"
+        return reject(text[:MAX_RAW_TYPES_REASON])
     unknown = sorted(k for k in keys if k not in KEYS)
     if unknown:
         return reject(f"unknown claim metadata key {shown(unknown[0])}")
@@ -146,12 +212,7 @@ def parse_claim_metadata(extra_args: object) -> ClaimRequest | MetadataRejection
                     f"{key} must be a string of 1..{MAX_IDENTIFIER_LENGTH} characters, got {shown(value)}"
                 )
             fields[key.removeprefix(KEY_PREFIX)] = value
-    for key in (
-        "kvclaims_footprint_blocks",
-        "kvclaims_predicate_blocks",
-        "kvclaims_predicate_tokens",
-        "kvclaims_duration_steps",
-    ):
+    for key in INTEGER_KEYS:
         if key in extra_args:
             value = extra_args[key]
             if type(value) is not int:

@@ -25,6 +25,7 @@ from vllm.v1.engine import EngineCoreOutputs
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request, RequestStatus
 
+from kvclaims.spec.trace import CloseReason
 from kvclaims.vllm_binding.arbiter import ClaimArbiter
 from kvclaims.vllm_binding.config import BindingConfig
 from kvclaims.vllm_binding.plugin import require_supported_vllm
@@ -128,7 +129,7 @@ class ClaimSchedulerMixin:
         try:
             super().shutdown()  # type: ignore[misc]
         finally:
-            self.kvclaims.close()
+            self.kvclaims.close(CloseReason.engine_shutdown)
 
 
 class ClaimScheduler(ClaimSchedulerMixin, Scheduler):

@@ -1,14 +1,15 @@
-"""The engine's trace writer: kvclaims trace v1 (NDJSON) with one sequence counter.
+"""The engine's trace sink: kvclaims trace v1 (NDJSON) with one sequence counter.
 
 Events are built (and so validated) with the `kvclaims.spec.trace` models when emitted, so
 every line the engine writes conforms to the committed schema; they are numbered in emission
-order, queued as validated models, and serialized and handed to the file by `flush()` (an emit
-on a hot path, such as a fail-closed refusal, costs a validation, not a serialization). The
-scheduler emits only where its state is consistent (around vLLM's entry points) and calls
-`flush()` when an outermost entry point returns, at most once per engine step, and on close.
-Lines reach the operating system at most `SYNC_SECONDS` apart and on `close()`: a crash can
-lose (or cut short) the lines of that last fraction of a second, which refinement then reports
-as a truncated trace; it never reorders lines.
+order and queued as validated models in the trace file (`kvclaims.spec.tracefile.TraceFile`),
+which serializes them in batches (an emit on a hot path, such as a fail-closed refusal, costs a
+validation, not a serialization). The scheduler emits only where its state is consistent
+(around vLLM's entry points) and calls `flush()` when an outermost entry point returns; the
+trace file's flusher thread gets those lines to the operating system at most
+`tracefile.FLUSH_SECONDS` later, also on an idle engine. `close(reason)` ends
+the trace with `trace_closed`; a crash or a kill leaves a trace without it, which refinement
+reports as truncated. Lines are never reordered.
 """
 
 from __future__ import annotations
@@ -17,9 +18,15 @@ import time
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from kvclaims.spec.trace import TraceHeader, _Event
+from kvclaims.spec.trace import CloseReason, TraceHeader, _Event
+from kvclaims.spec.tracefile import FLUSH_SECONDS, TraceFile
 
-SYNC_SECONDS = 0.5
+_Queued = tuple[type[_Event], Any]
+
+
+def _encode(queued: _Queued) -> bytes:
+    kind, event = queued
+    return kind.__pydantic_serializer__.to_json(event, exclude_none=True)
 
 
 class EventSink(Protocol):
@@ -32,7 +39,7 @@ class EventSink(Protocol):
 
     def flush(self) -> None: ...
 
-    def close(self) -> None: ...
+    def close(self, reason: CloseReason = CloseReason.closed) -> None: ...
 
 
 class NullSink:
@@ -46,12 +53,13 @@ class NullSink:
     def flush(self) -> None:
         pass
 
-    def close(self) -> None:
-        pass
+    def close(self, reason: CloseReason = CloseReason.closed) -> None:
+        del reason
 
 
 class TraceSink:
-    """A trace v1 file: the header on open, then one validated event per line.
+    """A trace v1 file: the header on open, then one validated event per line, then
+    `trace_closed` on `close()`.
 
     Invariants: `seq` starts at 0 and increases by one per event; lines reach the file in
     `seq` order; after `close()` nothing more is written.
@@ -59,14 +67,12 @@ class TraceSink:
 
     enabled = True
 
-    def __init__(self, stream: IO[bytes], header: TraceHeader) -> None:
-        self._stream = stream
+    def __init__(
+        self, stream: IO[bytes], header: TraceHeader, *, flush_seconds: float | None = FLUSH_SECONDS
+    ) -> None:
+        header_line = header.model_dump_json(exclude_none=True).encode()
+        self._file = TraceFile(stream, header_line, _encode, flush_seconds=flush_seconds)
         self._seq = 0
-        self._pending: list[tuple[type[_Event], Any]] = []
-        self._closed = False
-        self._synced = time.monotonic()
-        stream.write(header.model_dump_json(exclude_none=True).encode() + b"\n")
-        stream.flush()
 
     @classmethod
     def open(cls, path: str | Path, header: TraceHeader) -> TraceSink:
@@ -78,35 +84,25 @@ class TraceSink:
     def next_seq(self) -> int:
         return self._seq
 
+    @property
+    def closed(self) -> bool:
+        return self._file.closed
+
     def emit(self, event_type: type[_Event], **fields: Any) -> None:
         """Validate one event against its trace v1 model and queue it under the next seq."""
-        if self._closed:
+        if self._file.closed:
             return
         fields["seq"] = self._seq
         fields["t_ns"] = time.time_ns()
-        # The model's own validator and serializer, called directly: the same validation and
-        # JSON as `event_type(**fields).model_dump_json(exclude_none=True)`, a third the cost.
+        # The model's own validator, called directly: the same validation as
+        # `event_type(**fields)`, a third the cost.
         event = event_type.__pydantic_validator__.validate_python(fields)
-        self._pending.append((event_type, event))
+        self._file.append((event_type, event), self._seq)
         self._seq += 1
 
     def flush(self) -> None:
-        """Hand queued lines to the file; sync to the OS if `SYNC_SECONDS` passed."""
-        if self._pending and not self._closed:
-            lines = [
-                kind.__pydantic_serializer__.to_json(event, exclude_none=True)
-                for kind, event in self._pending
-            ]
-            lines.append(b"")
-            self._stream.write(b"\n".join(lines))
-            self._pending.clear()
-            now = time.monotonic()
-            if now - self._synced >= SYNC_SECONDS:
-                self._stream.flush()
-                self._synced = now
+        """Hand queued lines to the file (the flusher thread syncs them to the OS)."""
+        self._file.hand_over()
 
-    def close(self) -> None:
-        if not self._closed:
-            self.flush()
-            self._closed = True
-            self._stream.close()
+    def close(self, reason: CloseReason = CloseReason.closed) -> None:
+        self._file.close(reason)

@@ -11,6 +11,7 @@ import pytest
 from support.descriptors import ALL_PRECONDITIONS, TRACE_ANCHOR
 
 from kvclaims.cli import main
+from kvclaims.refinement.testing import TraceBuilder
 
 
 def item_yaml(obligation: str) -> str:
@@ -46,8 +47,10 @@ def kvclaims(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture
 def descriptors(tmp_path: Path) -> Path:
     folder = tmp_path / "descriptors"
-    folder.mkdir()
+    (folder / "runs").mkdir(parents=True)
     (folder / "example.yaml").write_text(SOUND_BEST_EFFORT)
+    # the anchored trace must exist: a trace anchor to a missing file never counts
+    (folder / TRACE_ANCHOR["path"]).write_bytes(TraceBuilder(usable_blocks=8).accept("A", blocks=1).ndjson())
     return folder
 
 
@@ -62,7 +65,7 @@ def test_lower_json_row_shape_and_exit_code_for_a_sound_row(descriptors: Path) -
         "--json",
     )
     assert result.returncode == 0, result.stderr
-    (row,) = json.loads(result.stdout)
+    (row,) = [json.loads(line) for line in result.stdout.splitlines()]
     assert {k: row[k] for k in ("runtime", "surface", "mode", "depth", "label", "subtype", "missing")} == {
         "runtime": "example",
         "surface": "Example 1.0",

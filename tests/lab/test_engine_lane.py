@@ -328,3 +328,14 @@ def test_an_unclaimed_load_is_not_failed_without_its_switch(lane: Any, tmp_path:
     lane.end()
     assert served.finish_reason == "length" and served.num_cached_tokens == 4 * BLOCK
     assert lane.set_fault_plan(LoadFaultPlan()) == 0
+
+
+def test_every_engine_seed_case_gives_the_catalogue_numbers(runs: dict[str, Checked]) -> None:
+    """The engine part of `tests/lab/test_seed_cases.py`, here because it reads this module's
+    engine runs (one engine at a time)."""
+    from kvclaims.lab.seed_cases import Lane, cases_on, mismatches
+
+    cases = cases_on(Lane.engine)
+    assert cases
+    for case in cases:
+        assert mismatches(case, runs[case.scenario(Lane.engine)].numbers["seed_case"]) == {}, case.name

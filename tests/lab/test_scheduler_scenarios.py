@@ -12,24 +12,13 @@ from typing import Any
 
 import pytest
 
-from kvclaims.lab.scheduler_scenarios import HOSTILE_METADATA, SCENARIOS, SWEEP_CAPACITIES, ScenarioResult
+from kvclaims.lab.scheduler_scenarios import HOSTILE_METADATA, SCENARIOS, ScenarioResult
+from kvclaims.lab.seed_cases import SWEEP_POOLS
 from kvclaims.refinement import check_trace
 
 pytestmark = pytest.mark.vllm
 
 RESIDENT, ACTIVE = 60, 70
-
-
-@pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ScenarioResult]:
-    from kvclaims.vllm_binding.plugin import installed_vllm_version, unsupported_reason
-
-    if unsupported_reason(installed_vllm_version()) is not None:
-        return {}  # the autouse fixture fails or skips each test with the reason
-    from kvclaims.lab.scheduler_scenarios import run_scenario
-
-    out = tmp_path_factory.mktemp("scenarios")
-    return {name: run_scenario(name, out / f"{name}.ndjson") for name in SCENARIOS}
 
 
 def numbers(results: dict[str, ScenarioResult], name: str) -> dict[str, Any]:
@@ -73,7 +62,7 @@ def test_hard_claim_refuses_the_infeasible_prefill(results: dict[str, ScenarioRe
 
 def test_capacity_sweep(results: dict[str, ScenarioResult]) -> None:
     rows = []
-    for usable in SWEEP_CAPACITIES:
+    for usable in SWEEP_POOLS:
         native = numbers(results, f"sweep-native-{usable}")
         hard = numbers(results, f"sweep-hard-{usable}")
         lost = max(0, RESIDENT + ACTIVE - usable)

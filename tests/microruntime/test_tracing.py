@@ -21,7 +21,9 @@ def test_write_then_read_round_trips(tmp_path: Path) -> None:
     header = trace_header(80, 16, "test")
     events = [{"seq": 1, "event": "request_finished", "request_id": "r", "status": "ok"}]
     lines = list(read_trace_lines(write_trace(tmp_path / "t.ndjson", header, events)))
-    assert [obj for _, obj in lines] == [header, *events]
+    *written, (_, closing) = lines
+    assert [obj for _, obj in written] == [header, *events]
+    assert closing["event"] == "trace_closed" and closing["seq"] == 2 and closing["reason"] == "closed"
     TraceHeader.model_validate(lines[0][1])
 
 

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from kvclaims.refinement import Budget, ErrorClass, Outcome, check_bytes
 from kvclaims.refinement.checker import Checker, Rejection, Undecidable
 from kvclaims.refinement.decoding import convert_event
-from kvclaims.refinement.ids import RetiredIds
 from kvclaims.refinement.testing import TraceBuilder
+from kvclaims.spec.ids import RetiredIds
 from kvclaims.spec.vocabulary import ConformanceRule, ProtectionMode
 from kvclaims.statemachine.lifecycle import INITIAL, ClaimProfile, Event, Violation, at_end, step
 
@@ -147,6 +147,13 @@ def test_a_finished_request_id_is_never_reused() -> None:
     assert check_bytes(trace.ndjson()).rule is R.identity
 
 
+def test_a_live_request_admitted_again_is_refused_and_a_new_lifetime_id_is_not() -> None:
+    live = TraceBuilder(usable_blocks=80).admit("r").admit("r").finish("r")
+    assert check_bytes(live.ndjson()).outcome == "rejected"
+    lifetimes = TraceBuilder(usable_blocks=80).admit("r").finish("r").admit("r#2").finish("r#2")
+    assert check_bytes(lifetimes.ndjson()).outcome == "accepted"
+
+
 def test_block_events_must_stay_inside_the_claims_footprint() -> None:
     trace = TraceBuilder(usable_blocks=80).accept("C", blocks=2).store_prefix("C", 3)
     assert check_bytes(trace.ndjson()).rule is R.identity
@@ -185,7 +192,7 @@ def test_a_rejection_raised_by_the_checker_carries_its_ids() -> None:
 
 
 def test_retired_ids_remember_every_id_across_merges(monkeypatch) -> None:
-    monkeypatch.setattr("kvclaims.refinement.ids._RECENT_LIMIT", 64)
+    monkeypatch.setattr("kvclaims.spec.ids._RECENT_LIMIT", 64)
     retired = RetiredIds()
     ids = [f"request-{n}" for n in range(20_000)]
     for identifier in ids[::2]:
@@ -235,3 +242,23 @@ def test_a_named_loss_outside_the_reported_prefix_keeps_the_predicate() -> None:
     trace.remove_block("claim:a", 3)
     verdict = check_bytes(trace.ndjson())
     assert verdict.outcome is Outcome.accepted, verdict
+
+
+def _claims_with_one_stored_block(footprint: int, *, release_first: bool = False) -> bytes:
+    trace = TraceBuilder(usable_blocks=80).accept("A", blocks=footprint).store_prefix("A", 1)
+    if release_first:
+        trace.claim_event("released", "A")
+    return trace.accept("B", blocks=footprint).store_prefix("B", 1).ndjson()
+
+
+def test_claim_footprints_cannot_size_the_checkers_state_past_its_budget() -> None:
+    """A footprint is a number in the trace: the per-position maps of all live claims together
+    stay within `max_tracked_blocks` (inconclusive past it), so a few lines with huge
+    footprints cannot allocate gigabytes. Twins: smaller footprints, or a claim retired first."""
+    from kvclaims.refinement.api import check_trace
+
+    budget = Budget(max_tracked_blocks=1000)
+    verdict = check_trace(_claims_with_one_stored_block(600), budget=budget)
+    assert verdict.outcome is Outcome.inconclusive and verdict.error_class is ErrorClass.budget_exhausted
+    for twin in (_claims_with_one_stored_block(400), _claims_with_one_stored_block(600, release_first=True)):
+        assert check_trace(twin, budget=budget).error_class is not ErrorClass.budget_exhausted

@@ -3,28 +3,23 @@ evidence export closing the loop trace -> evidence -> descriptor -> label."""
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import pytest
 import yaml
 
-from kvclaims.cli import COMMANDS
-from kvclaims.cli import check as check_command
+from kvclaims.cli import COMMANDS, main
 from kvclaims.refinement.testing import TraceBuilder
 from kvclaims.spec.descriptor import load_descriptor
-from kvclaims.spec.errors import InputError
 from kvclaims.spec.evidence import LoweringRow
 from kvclaims.spec.lowering import lower_row
 from kvclaims.spec.vocabulary import AdapterDepth, Label, Obligation, ProtectionMode
 
 
 def kvclaims_check(*argv: str) -> int:
-    parser = argparse.ArgumentParser(prog="kvclaims")
-    check_command.register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["check", *argv])
-    return args.run(args)
+    """`kvclaims check ...` through the command line's own entry (`kvclaims.cli.main`)."""
+    return main(["check", *argv])
 
 
 def offloadable_run() -> TraceBuilder:
@@ -89,7 +84,7 @@ def test_json_output_and_the_summary_table_for_many_traces(
     write(folder / "a.jsonl", offloadable_run())
     write(folder / "b.jsonl", rejected_run())
     kvclaims_check(str(folder), "--json")
-    verdicts = json.loads(capsys.readouterr().out)
+    verdicts = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [v["outcome"] for v in verdicts] == ["accepted", "rejected"]
     assert verdicts[1]["counterexample"]["rule"] == "lifecycle"
     kvclaims_check(str(folder))
@@ -148,12 +143,70 @@ def test_no_evidence_is_written_unless_every_trace_is_accepted(tmp_path: Path) -
     assert not out.exists()
 
 
-def test_kv_events_without_a_registry_is_invalid_input(tmp_path: Path) -> None:
+def test_kv_events_without_a_registry_is_invalid_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     capture = tmp_path / "capture.jsonl"
     capture.write_text('{"seq": 0, "ts": 1.0, "events": []}\n')
-    with pytest.raises(InputError):
-        kvclaims_check(str(capture))
+    assert kvclaims_check(str(capture)) == 2
+    assert "registry" in capsys.readouterr().err
 
 
 def test_no_trace_files_is_invalid_input(tmp_path: Path) -> None:
     assert kvclaims_check(str(tmp_path)) == 2
+
+
+def test_an_unknown_event_before_a_rejection_exits_inconclusive(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit 3 naming the unknown line, not 1 blaming the later one; the twin without the
+    unknown event exits 1."""
+    typo = offloadable_run().add("resident_claim_demotd", claim_id="C")
+    typo.claim_event("harmed", "C", leading_blocks=0, required_blocks=4)
+    assert kvclaims_check(str(write(tmp_path / "typo.ndjson", typo))) == 3
+    assert "did you mean 'resident_claim_demoted'" in capsys.readouterr().out
+    assert kvclaims_check(str(write(tmp_path / "twin.ndjson", rejected_run()))) == 1
+
+
+def test_strict_refuses_context_fields_that_are_otherwise_kept(tmp_path: Path) -> None:
+    trace = offloadable_run()
+    trace.events[-1]["engine_step"] = 3
+    path = write(tmp_path / "context.ndjson", trace)
+    assert kvclaims_check(str(path)) == 0
+    assert kvclaims_check(str(path), "--strict") == 2
+
+
+def test_a_directory_includes_gzip_compressed_traces(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import gzip
+
+    (tmp_path / "a.ndjson.gz").write_bytes(gzip.compress(offloadable_run().ndjson()))
+    (tmp_path / "notes.txt.gz").write_bytes(gzip.compress(b"not a trace"))
+    kvclaims_check(str(tmp_path), "--json")
+    verdict = json.loads(capsys.readouterr().out)
+    assert verdict["outcome"] == "accepted" and verdict["path"].endswith("a.ndjson.gz")
+
+
+def test_evidence_paths_follow_the_descriptor_not_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Written from another working directory, with relative arguments, the anchors are
+    relative to the evidence file's folder: the descriptor next to it still counts them after
+    the whole tree moves; moved alone, each item names the path it tried."""
+    (tmp_path / "tree" / "runs").mkdir(parents=True)
+    write(tmp_path / "tree" / "runs" / "offload.ndjson", offloadable_run())
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    out = Path("../tree/descriptors/evidence.yaml")
+    assert kvclaims_check("../tree/runs/offload.ndjson", "--evidence-out", str(out)) == 0
+    items = yaml.safe_load(out.read_text())["evidence"]
+    document = {"descriptor": 1, "runtime": "x", "surface": "x", "version": "1", "native": items}
+    (tmp_path / "tree" / "descriptors" / "runtime.yaml").write_text(yaml.safe_dump(document))
+    moved = tmp_path / "moved"
+    (tmp_path / "tree").rename(moved)
+    assert all(a.counts for a in load_descriptor(moved / "descriptors" / "runtime.yaml").anchors())
+    alone = tmp_path / "alone.yaml"
+    (moved / "descriptors" / "runtime.yaml").rename(alone)
+    problems = {p for a in load_descriptor(alone).anchors() for p in a.problems()}
+    assert problems == {f"anchored trace file does not exist: {tmp_path.parent / 'runs' / 'offload.ndjson'}"}

@@ -95,6 +95,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     },
     "block_removed": {"block_id": 1, "block_hash": "h1"},
     "fault_injected": {"kind": "load_failure", "claim_id": "claim:a", "request_id": None},
+    "trace_closed": {"reason": "SIGTERM"},
 }
 
 VALUES = st.sampled_from(
@@ -185,7 +186,7 @@ def test_fast_decoders_accept_exactly_what_the_models_accept(document: dict[str,
     assert fast_accepts(line) == pydantic_accepts(line), document
 
 
-@pytest.mark.parametrize("field", ["seq", "block_id", "position"])
+@pytest.mark.parametrize("field", ["seq", "block_id", "t_ns"])
 def test_integers_beyond_64_bits_are_refused_although_pydantic_would_keep_them(field: str) -> None:
     document = {"seq": 1, "event": "block_stored", **EXAMPLES["block_stored"], field: 2**80}
     line = json.dumps(document).encode()

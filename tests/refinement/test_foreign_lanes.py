@@ -75,7 +75,7 @@ def test_blockpool_is_detected_and_a_free_victim_loses_nothing() -> None:
             pool("active_request_admitted", request_id="a", active_live_blocks_current=1),
         ]
     )
-    assert detect(lambda: __import__("io").BytesIO(data)) == "blockpool"
+    assert detect(lambda: __import__("io").BytesIO(data)) == ("blockpool", True)
     assert check_bytes(data).outcome is Outcome.accepted
 
 

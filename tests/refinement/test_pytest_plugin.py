@@ -57,7 +57,7 @@ def test_a_rejection_fails_with_the_rendered_counterexample(tmp_path: Path) -> N
 def test_invalid_and_inconclusive_traces_fail_closed(tmp_path: Path) -> None:
     with pytest.raises(AssertionError, match=r"(?s)invalid .*\[parse\] truncated last line"):
         assert_refines(b'{"kvclaims_trace": 1}\n{"seq": 1, "event"')
-    with pytest.raises(AssertionError, match=r"(?s)invalid .*no such trace file"):
+    with pytest.raises(FileNotFoundError, match=f"trace file not found: {tmp_path / 'missing.ndjson'}"):
         assert_refines(tmp_path / "missing.ndjson")
     unknown = conforming().add("something_new").ndjson()
     with pytest.raises(AssertionError, match=r"(?s)inconclusive .*\[unknown_event\]"):
@@ -109,3 +109,29 @@ def test_the_plugin_fixtures_pass_and_fail_a_users_test_suite(pytester: pytest.P
             "*1 failed, 2 passed*",
         ]
     )
+
+
+def test_the_fixture_reads_relative_paths_from_the_test_file_and_names_a_missing_one(
+    pytester: pytest.Pytester,
+) -> None:
+    """Run from another directory: `runs/good.ndjson` is found next to the test file, and a
+    missing trace fails as a missing file with its resolved path, not as a verdict."""
+    tests = pytester.mkdir("suite")
+    (tests / "runs").mkdir()
+    (tests / "runs" / "good.ndjson").write_bytes(conforming().ndjson())
+    (tests / "test_relative.py").write_text(
+        "def test_relative(assert_refines):\n"
+        "    assert assert_refines('runs/good.ndjson').outcome == 'accepted'\n"
+        "\n"
+        "def test_missing(assert_refines):\n"
+        "    assert_refines('runs/absent.ndjson')\n"
+    )
+    elsewhere = pytester.mkdir("elsewhere")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(elsewhere)
+        result = pytester.runpytest(str(tests), "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [f"E *FileNotFoundError: trace file not found: {tests / 'runs' / 'absent.ndjson'}"]
+    )
+    assert FAILURE_HEADLINE not in result.stdout.str()

@@ -69,7 +69,7 @@ def test_bad_input_is_invalid_with_a_located_finding(name: str) -> None:
 
 
 def test_an_unknown_event_type_is_inconclusive_not_invalid() -> None:
-    verdict = check_bytes(VALID + b'{"seq":99,"event":"resident_claim_teleported","claim_id":"A"}\n')
+    verdict = check_bytes(valid_trace().add("resident_claim_teleported", claim_id="A").ndjson())
     assert verdict.outcome is Outcome.inconclusive and verdict.error_class is ErrorClass.unknown_event
 
 
@@ -101,10 +101,17 @@ HEADER = TypeAdapter(TraceHeader)
 EVENT = TypeAdapter(TraceEvent)
 
 
+def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    if len({key for key, _ in pairs}) != len(pairs):
+        raise ValueError("duplicate key")
+    return dict(pairs)
+
+
 def oracle_valid(data: bytes) -> bool:
-    """A slow, independent judgement: is this a well-formed trace v1?"""
+    """A slow, independent judgement: is this a well-formed trace v1 (a byte-order mark aside,
+    no object with a key twice)?"""
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError:
         return False
     lines = text.split("\n")
@@ -113,10 +120,10 @@ def oracle_valid(data: bytes) -> bool:
     if not lines:
         return False
     try:
-        HEADER.validate_python(json.loads(lines[0]))
+        HEADER.validate_python(json.loads(lines[0], object_pairs_hook=_no_duplicates))
         last = -1
         for line in lines[1:]:
-            document = json.loads(line)
+            document = json.loads(line, object_pairs_hook=_no_duplicates)
             event = EVENT.validate_python(document)
             if event.seq <= last or event.seq >= 2**63:
                 return False
@@ -144,7 +151,9 @@ def mutated_traces(draw: st.DrawFn) -> bytes:
     data = bytearray(VALID)
     for _ in range(draw(st.integers(1, 4))):
         kind = draw(
-            st.sampled_from(["truncate", "delete", "insert", "replace", "duplicate_line", "swap_lines"])
+            st.sampled_from(
+                ["truncate", "delete", "insert", "replace", "duplicate_line", "swap_lines", "duplicate_key"]
+            )
         )
         lines = bytes(data).split(b"\n")
         if kind == "truncate":
@@ -165,6 +174,13 @@ def mutated_traces(draw: st.DrawFn) -> bytes:
             index = draw(st.integers(1, len(lines) - 2))
             lines.insert(index, lines[index])
             data = bytearray(b"\n".join(lines))
+        elif kind == "duplicate_key" and len(lines) > 2:
+            index = draw(st.integers(0, len(lines) - 2))
+            key = draw(
+                st.sampled_from([b'"seq":7,', b'"claim_id":"B",', b'"blocks":1,', b'"usable_blocks":9,'])
+            )
+            lines[index] = lines[index].replace(b"{", b"{" + key, 1)
+            data = bytearray(b"\n".join(lines))
         elif kind == "swap_lines" and len(lines) > 3:
             i = draw(st.integers(1, len(lines) - 3))
             lines[i], lines[i + 1] = lines[i + 1], lines[i]
@@ -179,3 +195,126 @@ def test_damaged_traces_never_crash_and_are_accepted_only_if_still_well_formed(d
     assert verdict.outcome in Outcome
     if verdict.outcome is Outcome.accepted:
         assert oracle_valid(data)
+
+
+# --- strict input: exact integers, duplicate keys, absurd sizes, unknown fields ----------------
+# Each hostile input has a well-formed twin that differs only in the hostile part.
+
+ACCEPT_LINE = VALID.split(b"\n")[1]
+
+
+@pytest.mark.parametrize("hostile", [b"true", b"1.0"])
+def test_the_header_version_is_an_exact_integer(hostile: bytes) -> None:
+    verdict = check_bytes(VALID.replace(b'"kvclaims_trace":1', b'"kvclaims_trace":' + hostile, 1))
+    assert verdict.outcome is Outcome.invalid and verdict.finding is not None
+    assert (verdict.finding.line, verdict.finding.field) == (1, "kvclaims_trace")
+    assert check_bytes(VALID).outcome is Outcome.accepted
+
+
+@pytest.mark.parametrize("hostile", [b"true", b"2.0"])
+@pytest.mark.parametrize("field", [b"footprint_blocks", b"blocks"])
+def test_integer_fields_are_exact_integers(field: bytes, hostile: bytes) -> None:
+    line = ACCEPT_LINE.replace(b'"' + field + b'":2', b'"' + field + b'":' + hostile)
+    verdict = check_bytes(VALID.replace(ACCEPT_LINE, line))
+    assert verdict.outcome is Outcome.invalid and verdict.finding is not None
+    assert verdict.finding.line == 2 and verdict.finding.field.endswith(field.decode())
+
+
+DUPLICATES = {
+    "event key": (2, "seq", VALID.replace(b'{"seq":0,', b'{"seq":0,"seq":0,', 1)),
+    "claim id": (2, "claim_id", VALID.replace(b'"claim_id":"A",', b'"claim_id":"A","claim_id":"B",', 1)),
+    "nested key": (2, "blocks", VALID.replace(b'"blocks":2}', b'"blocks":2,"blocks":1}', 1)),
+    "header key": (
+        1,
+        "usable_blocks",
+        VALID.replace(b'"usable_blocks":80', b'"usable_blocks":80,"usable_blocks":8', 1),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DUPLICATES))
+def test_a_duplicate_key_is_invalid_with_its_line_and_key(name: str) -> None:
+    line, key, data = DUPLICATES[name]
+    verdict = check_bytes(data)
+    assert verdict.outcome is Outcome.invalid and verdict.finding is not None
+    assert (verdict.finding.line, verdict.finding.field) == (line, key), verdict.reason
+    assert "duplicate key" in verdict.finding.message
+
+
+def _long_trace(events: int) -> TraceBuilder:
+    trace = TraceBuilder(usable_blocks=80)
+    for number in range(events):
+        trace.admit(f"r{number}").finish(f"r{number}")
+    return trace
+
+
+def test_a_duplicate_key_deep_inside_a_fast_chunk_is_found() -> None:
+    """The fast reader decodes whole chunks at once; one duplicate among thousands of clean
+    lines (whose twin with the key once is accepted) is still found, at its line."""
+    data = _long_trace(3000).ndjson()
+    lines = data.split(b"\n")
+    lines[4001] = lines[4001].replace(b"{", b'{"request_id":"r0",', 1)
+    verdict = check_bytes(b"\n".join(lines))
+    assert verdict.outcome is Outcome.invalid and verdict.finding is not None
+    assert (verdict.finding.line, verdict.finding.field) == (4002, "request_id")
+    assert check_bytes(data).outcome is Outcome.accepted
+
+
+def test_lines_written_with_spaces_or_explicit_nulls_are_read_alike() -> None:
+    """Lines longer than their shortest form (spaces, `null` defaults) take the exact path and
+    get the same verdict as the compact twin."""
+    spaced = b"\n".join(
+        json.dumps(json.loads(line) | {"t_ns": None}).encode() if i else line
+        for i, line in enumerate(VALID.rstrip(b"\n").split(b"\n"))
+    )
+    assert check_bytes(spaced + b"\n").outcome is Outcome.accepted
+
+
+@pytest.mark.parametrize("field", [b"footprint_blocks", b"blocks"])
+def test_an_absurd_block_count_is_invalid_naming_its_field(field: bytes) -> None:
+    absurd = VALID.replace(b'"' + field + b'":2', b'"' + field + b'":' + str(2**62).encode(), 1)
+    verdict = check_bytes(absurd)
+    assert verdict.outcome is Outcome.invalid and verdict.finding is not None
+    assert verdict.finding.line == 2 and verdict.finding.field.endswith(field.decode())
+    assert "16777216" in verdict.finding.message
+
+
+def test_an_absurd_block_position_is_invalid_naming_its_field() -> None:
+    absurd = VALID.replace(b'"position":1', b'"position":' + str(2**62).encode(), 1)
+    verdict = check_bytes(absurd)
+    assert verdict.outcome is Outcome.invalid and verdict.finding is not None
+    assert verdict.finding.field == "position"
+
+
+def test_a_misspelt_field_is_invalid_with_a_did_you_mean() -> None:
+    typo = VALID.replace(b'"footprint_blocks":2,', b'"footprint_blocks":2,"duration_stpes":5,', 1)
+    verdict = check_bytes(typo)
+    assert verdict.outcome is Outcome.invalid and verdict.finding is not None
+    assert (verdict.finding.line, verdict.finding.field) == (2, "duration_stpes")
+    assert "did you mean 'duration_steps'" in verdict.finding.message
+    spelt = VALID.replace(b'"footprint_blocks":2,', b'"footprint_blocks":2,"duration_steps":5,', 1)
+    assert check_bytes(spelt).outcome is not Outcome.invalid
+
+
+def test_a_misspelt_header_field_is_invalid_with_a_did_you_mean() -> None:
+    verdict = check_bytes(VALID.replace(b'"usable_blocks":80', b'"usable_blox":80', 1))
+    assert verdict.outcome is Outcome.invalid and verdict.finding is not None
+    assert (verdict.finding.line, verdict.finding.field) == (1, "usable_blox")
+    assert "did you mean 'usable_blocks'" in verdict.finding.message
+
+
+def test_context_fields_are_kept_and_listed_unless_strict() -> None:
+    context = VALID.replace(b'"status":"finished"', b'"status":"finished","engine_step":12', 1)
+    kept = check_bytes(context)
+    assert kept.outcome is Outcome.accepted
+    assert any("engine_step" in note for note in kept.notes)
+    strict = check_trace(context, strict=True)
+    assert strict.outcome is Outcome.invalid and strict.finding is not None
+    assert strict.finding.field == "engine_step" and "--strict" in strict.finding.message
+    assert check_trace(VALID, strict=True).outcome is Outcome.accepted
+
+
+def test_invalid_utf8_in_an_unknown_key_is_invalid() -> None:
+    """msgspec skips the bytes of a key it does not know; the exact re-parse does not."""
+    hostile = VALID.replace(b'"status":"finished"', b'"status":"finished","\x80tx":1', 1)
+    assert check_bytes(hostile).outcome is Outcome.invalid

@@ -45,3 +45,13 @@ def test_timeline_is_a_png(tmp_path: Path) -> None:
     timeline = claim_timeline(_offload_restore_trace(tmp_path))
     width, height = png_size(render_timeline(timeline, tmp_path / "timeline.png", title="offload-restore"))
     assert width > 800 and height > 200
+
+
+def test_the_subtitle_tells_each_claims_story(tmp_path: Path) -> None:
+    from kvclaims.report.timeline import story
+
+    told = story(claim_timeline(_offload_restore_trace(tmp_path)))
+    (claim,) = claim_timeline(_offload_restore_trace(tmp_path)).tracks
+    assert told.startswith(f"{claim}: submitted > accepted > materialized > offloaded > restoring")
+    assert "restored" in told and "a restore failed" in told
+    assert told.endswith("Every event was accepted by the checker.")

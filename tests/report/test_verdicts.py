@@ -4,7 +4,7 @@ from pathlib import Path
 
 from kvclaims.lab.micro_scenarios import run_scenario
 from kvclaims.microruntime.tracing import write_trace
-from kvclaims.report.verdicts import check_traces, judge
+from kvclaims.report.verdicts import check_traces, folder_traces, judge, lane_traces
 
 
 def _write(out: Path, scenario: str, as_name: str) -> None:
@@ -17,7 +17,7 @@ def test_positives_must_be_accepted_and_controls_must_not(tmp_path: Path) -> Non
     _write(tmp_path, "control-silent-harm", "control-silent-harm")
     # an accepted run filed as a control: the check must flag it
     _write(tmp_path, "native-60-70-80", "control-looks-fine")
-    checks = {c.scenario: c for c in check_traces(tmp_path)}
+    checks = {c.scenario: c for c in check_traces(lane_traces(tmp_path))}
     assert checks["hard-claim-60-70-80"].outcome == "accepted" and checks["hard-claim-60-70-80"].as_expected
     silent = checks["control-silent-harm"]
     assert silent.outcome == "rejected" and silent.rule == "no_silent_harm" and silent.as_expected
@@ -28,7 +28,7 @@ def test_positives_must_be_accepted_and_controls_must_not(tmp_path: Path) -> Non
 def test_traces_older_than_the_run_are_not_judged(tmp_path: Path) -> None:
     _write(tmp_path, "hard-claim-60-70-80", "old")
     newer_than_everything = (tmp_path / "scenarios" / "old.ndjson").stat().st_mtime_ns + 1
-    assert check_traces(tmp_path, since_ns=newer_than_everything) == []
+    assert lane_traces(tmp_path, since_ns=newer_than_everything) == []
 
 
 def test_engine_controls_are_judged_by_their_named_expectation() -> None:
@@ -38,3 +38,14 @@ def test_engine_controls_are_judged_by_their_named_expectation() -> None:
     assert not judge("vllm-engine", "control-fallback-recompute", "accepted", None)[1]
     # an unknown engine scenario falls back to the plain rule
     assert not judge("vllm-engine", "control-unheard-of", "accepted", None)[1]
+
+
+def test_a_folder_of_user_traces_is_judged_by_name_and_shown_relative_to_its_parent(tmp_path: Path) -> None:
+    _write(tmp_path, "hard-claim-60-70-80", "mine")
+    _write(tmp_path, "native-60-70-80", "control-should-fail")
+    root = tmp_path / "scenarios"
+    checks = check_traces(folder_traces("your traces", root, sorted(root.glob("*.ndjson"))))
+    assert [(c.trace, c.lane, c.as_expected) for c in checks] == [
+        ("scenarios/control-should-fail.ndjson", "your traces", False),
+        ("scenarios/mine.ndjson", "your traces", True),
+    ]

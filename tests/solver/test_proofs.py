@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kvclaims.solver.proofs import Method, ProofResult, Verdict, all_obligations, run_obligation
+from kvclaims.solver.obligations import all_obligations
+from kvclaims.solver.proofs import Method, ProofResult, Verdict, run_obligation
 from kvclaims.solver.report import REPORT_NAME, drifted, mask_times, report_markdown, result_json
 
 PROOFS = Path(__file__).resolve().parents[2] / "proofs"

@@ -65,7 +65,9 @@ def test_capacity_traces_break_only_their_check(generated) -> None:  # type: ign
         check = by_id[entry["class"]].capacity_check
         if check is None:
             continue
-        last = json.loads((out / "traces" / entry["file"]).read_text().splitlines()[-1])
+        *_, last_line, closing = (out / "traces" / entry["file"]).read_text().splitlines()
+        assert json.loads(closing)["event"] == "trace_closed"
+        last = json.loads(last_line)
         numbers = {name: last[name] for name in CAPACITY_FIELDS}
         assert violated_checks(numbers, capacity_reason=True, header_usable=HEADER_USABLE) == [check]
 

@@ -44,9 +44,9 @@ def test_adapter_plan_makes_the_mode_sound_in_python(loaded, table: list[Upgrade
     for row in table:
         assert row.adapter is not None and row.adapter_depth is not None, (row.source, row.mode)
         document = by_name[row.source].model_dump(mode="json", exclude_none=True)
-        anchor = {
+        anchor = {  # a trace that exists: a planned adapter's evidence is a real run's trace
             "kind": "trace",
-            "path": "plan.jsonl",
+            "path": "evidence/kvclaims-vllm/hard-refusal.ndjson",
             "note": "planned",
             "ordering": "seq",
             "claim_scope": "claim_id",
@@ -75,6 +75,6 @@ def test_adapter_plan_makes_the_mode_sound_in_python(loaded, table: list[Upgrade
         document.pop("lowerings", None)
         planned = Descriptor.model_validate(document)
         for anchor in planned.anchors():  # verified like a loaded file: digests do not survive a dump
-            anchor.verify_digest(ROOT / "descriptors")
+            anchor.verify(ROOT / "descriptors")
         verdict = lower_row(planned, LoweringRow(mode=row.mode, depth=row.adapter_depth))
         assert verdict.label.is_sound, (row.source, row.mode, verdict.missing)

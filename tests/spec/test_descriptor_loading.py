@@ -25,7 +25,7 @@ native:
   - obligation: priority_influence
     status: supported
     scope: controlled_pressure
-    anchor: {kind: docs, url: "https://example.org", note: "pressure run"}
+    anchor: {kind: artifact, url: "https://example.org/run.json", note: "pressure run"}
 adapters:
   - name: join
     depth: telemetry_join
@@ -181,11 +181,93 @@ def test_all_problems_of_all_files_are_reported_together(tmp_path: Path) -> None
 
 def test_an_emptied_anchor_is_not_malformed_it_fails_closed(tmp_path: Path) -> None:
     emptied = VALID.replace(
-        'anchor: {kind: docs, url: "https://example.org", note: "pressure run"}',
-        'anchor: {kind: docs, url: "", note: ""}',
+        'anchor: {kind: artifact, url: "https://example.org/run.json", note: "pressure run"}',
+        'anchor: {kind: artifact, url: "", note: ""}',
     )
     loaded = load_descriptor(write(tmp_path, emptied))
     verdict = lower(loaded, ProtectionMode.soft_priority, AdapterDepth.none)
     finding = next(f for f in verdict.findings if f.obligation.value == "priority_influence")
     assert not finding.supplied
     assert {d.reason for d in finding.discounted} >= {"anchor has neither path nor url", "anchor has no note"}
+
+
+# --- strict descriptor input: exact integers, invisible anchors, anchor kinds, missing files -----
+
+ANCHOR = 'anchor: {kind: artifact, url: "https://example.org/run.json", note: "pressure run"}'
+
+
+def _priority_finding(path: Path) -> object:
+    verdict = lower(load_descriptor(path), ProtectionMode.soft_priority, AdapterDepth.none)
+    return next(f for f in verdict.findings if f.obligation.value == "priority_influence")
+
+
+@pytest.mark.parametrize("hostile", ["true", "1.0"])
+def test_the_format_version_is_an_exact_integer(tmp_path: Path, hostile: str) -> None:
+    problems = problems_of(write(tmp_path, VALID.replace("descriptor: 1", f"descriptor: {hostile}")))
+    assert [(p.line, p.field) for p in problems] == [(1, "descriptor")]
+    assert load_descriptor(write(tmp_path, VALID, "twin.yaml")).descriptor == 1
+
+
+@pytest.mark.parametrize("hostile", ["[true, 2]", "[0, 2.0]"])
+def test_integer_fields_are_exact_integers(tmp_path: Path, hostile: str) -> None:
+    text = VALID.replace('note: "pressure run"}', f'note: "pressure run", event_range: {hostile}}}')
+    problems = problems_of(write(tmp_path, text))
+    assert all("event_range" in (p.field or "") for p in problems)
+    twin = VALID.replace('note: "pressure run"}', 'note: "pressure run", event_range: [0, 2]}')
+    assert load_descriptor(write(tmp_path, twin, "twin.yaml")).native[0].anchor.event_range == (0, 2)
+
+
+@pytest.mark.parametrize("invisible", ["\u200b", "\u00a0\u00a0", "\u2060\ufeff", "\u3164"])
+def test_an_anchor_of_invisible_characters_is_empty(tmp_path: Path, invisible: str) -> None:
+    hidden = VALID.replace('note: "pressure run"', f'note: "{invisible}"')
+    finding = _priority_finding(write(tmp_path, hidden))
+    assert not finding.supplied
+    assert "anchor has no note" in {d.reason for d in finding.discounted}
+    assert _priority_finding(write(tmp_path, VALID, "twin.yaml")).supplied
+
+
+@pytest.mark.parametrize("kind", ["docs", "source"])
+@pytest.mark.parametrize(
+    "scope", ["controlled_pressure", "failure_injection", "conformance_trace", "artifact_generated"]
+)
+def test_runtime_evidence_needs_a_trace_or_artifact_anchor(tmp_path: Path, kind: str, scope: str) -> None:
+    """A docs or source anchor shows what code could do, never what a run did: an observed
+    scope (or a backend patch's exercised run, which needs one) anchored that way is invalid."""
+    text = VALID.replace("scope: controlled_pressure", f"scope: {scope}").replace(
+        "kind: artifact", f"kind: {kind}"
+    )
+    problems = problems_of(write(tmp_path, text))
+    assert [p.field for p in problems] == ["native.0"] and "trace or artifact anchor" in problems[0].message
+    twin = VALID.replace("scope: controlled_pressure", f"scope: {scope}")
+    assert load_descriptor(write(tmp_path, twin, "twin.yaml")).native[0].scope.value == scope
+
+
+OBSERVED = """\
+observations:
+  - atom: pressure_control_original
+    scope: controlled_pressure
+    anchor: {kind: KIND, url: "https://example.org/p", note: run, ordering: seq, claim_scope: claim_id}
+"""
+
+
+def test_an_observation_anchored_in_docs_is_invalid(tmp_path: Path) -> None:
+    problems = problems_of(write(tmp_path, VALID + OBSERVED.replace("KIND", "docs")))
+    assert [p.field for p in problems] == ["observations.0"]
+    assert load_descriptor(write(tmp_path, VALID + OBSERVED.replace("KIND", "trace"), "twin.yaml"))
+
+
+TRACE_ANCHORED = VALID.replace(
+    ANCHOR,
+    'anchor: {kind: trace, path: "runs/pressure.ndjson", note: "pressure run", '
+    "ordering: seq, claim_scope: claim_id}",
+)
+
+
+def test_a_trace_anchor_to_a_missing_file_never_counts_and_names_the_path(tmp_path: Path) -> None:
+    finding = _priority_finding(write(tmp_path, TRACE_ANCHORED))
+    assert not finding.supplied
+    resolved = str(tmp_path / "runs" / "pressure.ndjson")
+    assert any(resolved in d.reason and "does not exist" in d.reason for d in finding.discounted)
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "pressure.ndjson").write_text("{}\n")
+    assert _priority_finding(write(tmp_path, TRACE_ANCHORED)).supplied

@@ -122,7 +122,7 @@ def revalidated(descriptor: Descriptor) -> Descriptor:
     mutation under test would prove nothing)."""
     copy = Descriptor.model_validate(descriptor.model_dump())
     for anchor in copy.anchors():
-        anchor.verify_digest(DESCRIPTORS)
+        anchor.verify(DESCRIPTORS)
     return copy
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvclaims.vllm_binding.capacity import CapacityProof, peak_live_blocks
+from kvclaims.spec.capacity import CapacityProof
+from kvclaims.vllm_binding.capacity import peak_live_blocks
 
 
 def test_the_seed_case() -> None:

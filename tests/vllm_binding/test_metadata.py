@@ -119,9 +119,26 @@ def test_every_documented_key_is_read() -> None:
         "kvclaims_object_id": "obj",
         "kvclaims_owner": "o",
         "kvclaims_owner_token": "t",
+        "kvclaims_raw_types": "ok",
     }
     assert set(metadata) | {"kvclaims_predicate_blocks"} == set(KEYS)
     assert isinstance(parse_claim_metadata(metadata), ClaimRequest)
+
+
+def test_the_boundary_marker_decides_and_a_typed_engine_requires_it() -> None:
+    terms = {"kvclaims_claim_id": "c", "kvclaims_mode": "hard_protected", "kvclaims_footprint_blocks": 1}
+    marked = terms | {
+        "kvclaims_raw_types": "kvclaims_footprint_blocks must be a JSON integer, got JSON boolean true"
+    }
+    rejection = parse_claim_metadata(marked)
+    assert isinstance(rejection, MetadataRejection) and "JSON boolean true" in rejection.reason
+    assert isinstance(parse_claim_metadata(terms), ClaimRequest)  # offline: no boundary
+    unmarked = parse_claim_metadata(terms, typed=True)
+    assert isinstance(unmarked, MetadataRejection) and "HTTP boundary" in unmarked.reason
+    odd = parse_claim_metadata(terms | {"kvclaims_raw_types": 3})
+    assert isinstance(odd, MetadataRejection) and odd.reason == "malformed marker"
+    long = parse_claim_metadata(terms | {"kvclaims_raw_types": "x" * 10_000})
+    assert isinstance(long, MetadataRejection) and len(long.reason) <= 200
 
 
 _values = st.one_of(

@@ -330,3 +330,37 @@ def test_a_long_request_id_gets_a_bounded_trace_id() -> None:
     assert trace_request_id("cmpl-1") == "cmpl-1"
     long_id = trace_request_id("r" * 10_000)
     assert long_id.startswith("request-sha256-") and len(long_id) < 64
+
+
+def test_a_request_id_reused_after_finish_is_a_new_lifetime_in_the_trace(tmp_path: Path) -> None:
+    import json
+
+    running = lane(tmp_path)
+    running.add("again", tokens("a", 2))
+    running.run()
+    running.add("again", tokens("b", 2))  # vLLM allows a finished request's id again
+    running.run()
+    running.add("again", tokens("c", 2))
+    running.run()
+    running.close()
+    path = tmp_path / "trace.ndjson"
+    events = [json.loads(line) for line in path.read_text().splitlines()[1:]]
+    admitted = [e["request_id"] for e in events if e["event"] == "active_request_admitted"]
+    assert admitted == ["again", "again#2", "again#3"]
+    accepted(path)
+    # the same history under one id is what the checker must still refuse
+    merged = path.read_text().replace('"again#2"', '"again"').replace('"again#3"', '"again"')
+    (tmp_path / "merged.ndjson").write_text(merged)
+    assert check_trace(tmp_path / "merged.ndjson").outcome == "rejected"
+
+
+def test_a_claim_operation_without_a_usable_id_says_so_plainly(tmp_path: Path) -> None:
+    import json
+
+    running = lane(tmp_path)
+    running.add("r", tokens("r", 2), extra_args={"kvclaims_mode": "hard_protected"})
+    running.run()
+    running.close()
+    lines = (tmp_path / "trace.ndjson").read_text().splitlines()
+    rejected = [json.loads(x) for x in lines if '"resident_claim_rejected"' in x]
+    assert [r["reason"] for r in rejected] == ["kvclaims_claim_id is required"]

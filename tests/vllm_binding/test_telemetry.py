@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from kvclaims.spec.trace import (
     ActiveRequestAdmitted,
     ActiveRequestRefused,
     BlockRemoved,
+    CloseReason,
     RequestFinished,
     ResidentClaimAccepted,
     ResidentClaimHarmed,
@@ -27,17 +29,33 @@ HEADER = TraceHeader(kvclaims_trace=1, source="test", usable_blocks=10, block_si
 
 def test_events_are_numbered_and_written_on_flush(tmp_path: Path) -> None:
     path = tmp_path / "t.ndjson"
-    sink = TraceSink.open(path, HEADER)
+    sink = TraceSink(path.open("wb"), HEADER, flush_seconds=None)
     sink.emit(ActiveRequestAdmitted, request_id="r", active_live_blocks=3)
     assert len(path.read_text().splitlines()) == 1  # header only until flush
     sink.emit(RequestFinished, request_id="r", status="length", engine_step=4)
     sink.flush()
-    sink.close()
+    sink.close(CloseReason.engine_shutdown)
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert lines[0]["kvclaims_trace"] == 1
-    assert [line["seq"] for line in lines[1:]] == [0, 1]
+    assert [line["seq"] for line in lines[1:]] == [0, 1, 2]
     assert lines[2]["engine_step"] == 4  # extra context is kept
+    assert lines[3]["event"] == "trace_closed" and lines[3]["reason"] == "engine_shutdown"
     assert check_trace(path).outcome == "accepted"
+
+
+def test_an_idle_sink_reaches_the_file_without_another_call(tmp_path: Path) -> None:
+    path = tmp_path / "t.ndjson"
+    sink = TraceSink.open(path, HEADER)
+    sink.emit(ActiveRequestAdmitted, request_id="r", active_live_blocks=3)
+    sink.emit(RequestFinished, request_id="r", status="length")
+    sink.flush()  # what the scheduler does when an entry point returns; then the engine idles:
+    # nothing more, and the flusher thread must get both lines out (bound:
+    # tracefile.FLUSH_SECONDS; measured in bench/trace_latency.py, not timed here)
+    deadline = time.monotonic() + 10
+    while len(path.read_text().splitlines()) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(path.read_text().splitlines()) == 3
+    sink.close()
 
 
 def test_an_invalid_event_never_reaches_the_file(tmp_path: Path) -> None:
@@ -53,7 +71,14 @@ def test_nothing_is_written_after_close(tmp_path: Path) -> None:
     sink.close()
     sink.emit(RequestFinished, request_id="r", status="x")
     sink.flush()
-    assert len(path.read_text().splitlines()) == 1
+    sink.close(CloseReason.SIGTERM)
+    lines = path.read_text().splitlines()
+    assert len(lines) == 2 and json.loads(lines[1]) | {"t_ns": 0} == {
+        "seq": 0,
+        "t_ns": 0,
+        "event": "trace_closed",
+        "reason": "closed",
+    }
 
 
 def test_the_null_sink_is_disabled() -> None:

@@ -5,6 +5,13 @@ Struct by the derived msgspec decoder (`kvclaims.refinement.decoding`), the pyda
 Struct cannot express are re-run where needed, and `seq` must strictly increase. The hot loop
 pushes events into the sink (the checker) without generators in between: splitting 1 MiB chunks
 into lines, one C decode per line, one call per event.
+
+Duplicate and unknown keys: the decoded Structs are re-encoded, a whole chunk in one C call, in
+their shortest form (no defaults, no whitespace; msgspec writes every string and integer in its
+shortest JSON form). A line can only be longer than that, and is exactly as long only when it
+holds no duplicate key, no unknown field, no explicit default and no whitespace, so equal chunk
+lengths prove every line clean; a chunk that differs is redone line by line and each longer line
+is re-parsed exactly (`FieldAudit`). The header is always re-parsed exactly.
 """
 
 from __future__ import annotations
@@ -24,16 +31,18 @@ from kvclaims.refinement.decoding import (
 from kvclaims.refinement.reader import (
     CHUNK_BYTES,
     MAX_LINE_BYTES,
+    FieldAudit,
     HeaderInfo,
     Sink,
     check_integers,
     decode_json,
+    exact_document,
     explain_event_line,
     field_of,
     ordering_error,
     parse_error,
 )
-from kvclaims.spec.trace import TraceHeader
+from kvclaims.spec.trace import EVENT_MODELS, TraceHeader
 
 FORMAT = "kvclaims-v1"
 
@@ -49,9 +58,11 @@ class KvclaimsV1Source:
 
     format = FORMAT
 
-    def __init__(self, stream: IO[bytes], *, max_line: int = MAX_LINE_BYTES) -> None:
+    def __init__(self, stream: IO[bytes], *, max_line: int = MAX_LINE_BYTES, strict: bool = False) -> None:
         self._stream = stream
         self._max_line = max_line
+        self.audit = FieldAudit(strict)
+        """Duplicate keys, typos and context fields of the lines re-parsed exactly."""
         self.records = 0
         """Event lines read so far."""
         buffered = b""
@@ -65,7 +76,7 @@ class KvclaimsV1Source:
         if not buffered.strip():
             raise parse_error("empty file: a trace starts with its header line", None)
         first, newline, self._pending = buffered.partition(b"\n")
-        self.header = _header(first, bool(newline))
+        self.header = _header(first, bool(newline), self.audit)
 
     def drive(self, sink: Sink) -> None:
         """Decode every event line and push the events to the sink, a chunk's worth of
@@ -73,6 +84,8 @@ class KvclaimsV1Source:
         line is a well-formed, strictly ordered event; otherwise it is redone line by line, so
         the first bad line is located exactly."""
         decode = event_decoder().decode
+        shortest = msgspec.json.Encoder().encode_into
+        scratch = bytearray()
         validated = {struct for struct, name in EVENT_NAME.items() if name in NEEDS_MODEL_VALIDATION}
         stream = self._stream
         max_line = self._max_line
@@ -83,7 +96,8 @@ class KvclaimsV1Source:
         chunks = itertools.chain((self._pending,), iter(lambda: stream.read(CHUNK_BYTES), b""))
         try:
             for chunk in chunks:
-                pieces = (pending + chunk if pending else chunk).split(b"\n")
+                buffer = pending + chunk if pending else chunk
+                pieces = buffer.split(b"\n")
                 pending = pieces.pop()
                 if not pieces:
                     if len(pending) > max_line:
@@ -97,7 +111,13 @@ class KvclaimsV1Source:
                     events = list(map(decode, pieces))
                 except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
                     events = None
-                if events is None or not _clean(events, last_seq, validated):
+                if events is not None:
+                    shortest(events, scratch)  # `[e1,...,en]`: the lines' shortest forms, n + 1 more bytes
+                if (
+                    events is None
+                    or not _clean(events, last_seq, validated)
+                    or len(scratch) != len(buffer) - len(pending) + 1  # the lines and their n newlines
+                ):
                     number, index, last_seq = self._line_by_line(
                         sink, pieces, number, index, last_seq, validated
                     )
@@ -118,8 +138,10 @@ class KvclaimsV1Source:
     def _line_by_line(
         self, sink: Sink, pieces: list[bytes], number: int, index: int, last_seq: int, validated: set[type]
     ) -> tuple[int, int, int]:
-        """A chunk with a bad, unknown or misordered line: one line at a time, in order."""
+        """A chunk with a bad, unknown, misordered or longer than shortest line: one line at a
+        time, in order."""
         decode = event_decoder().decode
+        shortest = msgspec.json.Encoder().encode
         for piece in pieces:
             number += 1
             try:
@@ -128,6 +150,8 @@ class KvclaimsV1Source:
                 last_seq = self._slow(sink, piece, number, index, True, last_seq)
                 index += 1
                 continue
+            if len(piece) != len(shortest(event)):
+                self.audit.audit(piece, number, EVENT_MODELS[EVENT_NAME[type(event)]])
             if event.seq <= last_seq:
                 raise ordering_error(event.seq, last_seq, number)
             last_seq = event.seq
@@ -146,9 +170,11 @@ class KvclaimsV1Source:
         try:
             event = event_decoder().decode(content)
         except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
-            unknown, last_seq = explain_event_line(content, number, terminated, last_seq)
+            unknown, last_seq = explain_event_line(content, number, terminated, last_seq, self.audit)
             sink.unknown(unknown.name, number, index)
             return last_seq
+        if len(content) != len(msgspec.json.encode(event)):
+            self.audit.audit(content, number, EVENT_MODELS[EVENT_NAME[type(event)]])
         if event.seq <= last_seq:
             raise ordering_error(event.seq, last_seq, number)
         if EVENT_NAME[type(event)] in NEEDS_MODEL_VALIDATION:
@@ -191,11 +217,14 @@ def _validate(event: msgspec.Struct, number: int) -> None:
         raise parse_error(f"invalid {name}: {error}", number, field_of(str(error))) from None
 
 
-def _header(content: bytes, terminated: bool) -> HeaderInfo:
-    document = decode_json(content, 1, terminated)
+def _header(content: bytes, terminated: bool, audit: FieldAudit) -> HeaderInfo:
+    decode_json(content, 1, terminated)
+    document = exact_document(content, 1)
     if not isinstance(document, dict) or "kvclaims_trace" not in document:
-        raise parse_error("line 1 is not a trace header (no kvclaims_trace field)", 1)
+        hint = " (the file starts with an event: its header line is missing)" if _is_event(document) else ""
+        raise parse_error(f"line 1 is not a trace header (no kvclaims_trace field){hint}", 1)
     check_integers(document, 1)
+    audit.fields(document, 1, TraceHeader, "")
     from pydantic import ValidationError
 
     try:
@@ -208,3 +237,7 @@ def _header(content: bytes, terminated: bool) -> HeaderInfo:
     if block_size is None and header.cache_identity is not None:
         block_size = header.cache_identity.block_size
     return HeaderInfo(header.usable_blocks, block_size, header.source)
+
+
+def _is_event(document: Any) -> bool:
+    return isinstance(document, dict) and document.get("event") in EVENT_MODELS

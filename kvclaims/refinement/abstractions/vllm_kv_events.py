@@ -41,10 +41,13 @@ from kvclaims.refinement.checker import Undecidable
 from kvclaims.refinement.decoding import convert_event
 from kvclaims.refinement.reader import (
     HeaderInfo,
+    Prefixed,
     TraceInputError,
     decode_json,
+    exact_document,
     ordering_error,
     parse_error,
+    push,
     read_lines,
 )
 from kvclaims.refinement.verdict import ErrorClass, Finding
@@ -397,25 +400,6 @@ def _accepted(claim: RegisteredClaim) -> dict[str, Any]:
     }
 
 
-class _Prefixed:
-    """A stream whose first bytes were already read (for detection) and are served again."""
-
-    def __init__(self, head: bytes, rest: IO[bytes]) -> None:
-        self._head = head
-        self._rest = rest
-
-    def read(self, size: int = -1) -> bytes:
-        if not self._head:
-            return self._rest.read(size)
-        if size < 0:
-            data, self._head = self._head + self._rest.read(), b""
-            return data
-        data, self._head = self._head[:size], self._head[size:]
-        if len(data) < size:
-            data += self._rest.read(size - len(data))
-        return data
-
-
 class KvEventsSource:
     """A capture of vLLM KV events (msgpack frames or JSON lines) joined with a registry.
 
@@ -435,7 +419,7 @@ class KvEventsSource:
             )
         self._registry = load_registry(registry)
         head = stream.read(1 << 16)
-        self._stream = _Prefixed(head, stream)
+        self._stream = Prefixed(head, stream)
         self._msgpack = detect_msgpack(head)
         self.header = HeaderInfo(
             None, self._registry.cache_identity.block_size, self._registry.observation_point
@@ -445,8 +429,6 @@ class KvEventsSource:
         }
 
     def drive(self, sink: Any) -> None:
-        from kvclaims.refinement.sources import push
-
         push(self.events(), sink)
 
     def events(self) -> Iterator[tuple[int, int, Any]]:
@@ -492,6 +474,7 @@ class KvEventsSource:
                 raise _undecidable(
                     P.joinable_backend_events, "batch line is not a KVEventBatch", number
                 ) from None
+            exact_document(content, number)  # a duplicate key is invalid input (captures are small)
             if batch.seq < 0:
                 raise parse_error("batch line needs a non-negative seq", number, "seq")
             yield number, batch.seq, batch

@@ -1,4 +1,5 @@
-"""A compact, exact-or-fail-closed set of retired identifiers (finished request ids).
+"""A compact, exact-or-fail-closed set of retired identifiers (finished request ids; the checker
+and the vLLM binding both keep one).
 
 The checker must remember every finished request id (a finished id is never reused, and a
 late refusal after `request_finished` is an attribution error), but memory must stay bounded by

@@ -14,8 +14,11 @@ checks, after every step, invariants named after the property they guard:
 - `capacity_proof_arithmetic`: every refusal's and deferral's numbers add up against the pool;
 - `victim_exclusion_before_violation`: a preserving claim is harmed only after an injected fault
   (the runtime itself never evicts a protected block);
-- `emitted_trace_accepted`: every event so far replays through the lifecycle and request
-  machines (`kvclaims.microruntime.replay`).
+- `emitted_trace_accepted`: every event so far is accepted by the refinement checker
+  (`kvclaims.refinement.checker.Checker`, fed event by event as the runtime emits them).
+
+It lives in the lab, not in `kvclaims.microruntime`, because that invariant needs the
+refinement checker and only the lab (and the layers above it) may import refinement.
 
 Subclass it to fuzz your own runtime: set `runtime_class` (a `MicroRuntime` subclass) and/or
 `policy`. Coverage of lifecycle phases and transitions accumulates on the class, so a test can
@@ -30,7 +33,8 @@ from dataclasses import dataclass, field
 from itertools import count
 from typing import Any, ClassVar
 
-from hypothesis import HealthCheck, settings
+import msgspec
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -40,11 +44,13 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from kvclaims.lab.fuzz_settings import batches, bounded
 from kvclaims.microruntime.inputs import ClaimSpec, RequestKind, RequestSpec
 from kvclaims.microruntime.policies import POLICIES, Policy
-from kvclaims.microruntime.replay import ReplayViolation, TraceReplay
 from kvclaims.microruntime.runtime import FaultKind, MicroClaim, MicroRuntime
 from kvclaims.microruntime.tracing import TraceBuffer
+from kvclaims.refinement.checker import Checker, Rejection, Undecidable
+from kvclaims.refinement.decoding import convert_event
 from kvclaims.spec.capacity import recorded_capacity_problem
 from kvclaims.spec.tables import PRESERVING_MODES
 from kvclaims.spec.trace import RestorationOutcome
@@ -52,16 +58,7 @@ from kvclaims.spec.vocabulary import ProtectionMode
 from kvclaims.statemachine.lifecycle import Event, Phase
 from kvclaims.statemachine.requests import RequestEvent, RequestPhase
 
-settings.register_profile(
-    "ci",
-    max_examples=600,
-    stateful_step_count=50,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    print_blob=False,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+settings.register_profile("ci", bounded(max_examples=600, stateful_step_count=50))
 """Deterministic and bounded: kvclaims' own CI runs this profile."""
 
 OBJECTS: dict[str, int] = {"doc-a": 4, "doc-b": 8, "doc-c": 12, "doc-d": 20}
@@ -71,6 +68,55 @@ MIN_USABLE_BLOCKS = max(OBJECTS.values())
 """The smallest pool a machine may fuzz: every object's whole prefix fits once."""
 
 CLAIM_MODES = tuple(ProtectionMode)
+
+
+class EmittedTraceCheck:
+    """The refinement checker fed a runtime's trace v1 events as they are emitted.
+
+    `feed` returns None while the trace so far is accepted, else why not (a decoding error, a
+    `seq` that does not increase, a rejection, an undecidable step, an unknown event type);
+    after the first failure it checks nothing more (the checker's state is no longer the
+    trace's). `finish` checks what the trace owes at its end.
+    """
+
+    def __init__(self, header: dict[str, Any]) -> None:
+        self.checker = Checker(usable_blocks=header.get("usable_blocks"), block_size=header.get("block_size"))
+        self.failure: str | None = None
+        self._index = 0
+        self._last_seq = -1
+
+    def feed(self, event: dict[str, Any]) -> str | None:
+        """Check one emitted event (line numbers count the header as line 1)."""
+        if self.failure is None:
+            seq = event.get("seq")
+            if not isinstance(seq, int) or seq <= self._last_seq:
+                self.failure = f"seq {seq} does not increase past {self._last_seq}"
+                return self.failure
+            self._last_seq = seq
+            self._run(lambda: self.checker.feed(convert_event(event), self._index + 2, self._index))
+            self._index += 1
+        return self.failure
+
+    def finish(self) -> str | None:
+        """Check the end of the trace: owed outcomes, and anything left undecided."""
+        if self.failure is None:
+            self._run(self.checker.finish)
+        if self.failure is None:
+            undecided = self.checker.first_unknown or next(iter(self.checker.undecided), None)
+            if undecided is not None:
+                self.failure = f"inconclusive: {undecided.message}"
+        return self.failure
+
+    def _run(self, check: Callable[[], None]) -> None:
+        try:
+            check()
+        except Rejection as rejection:
+            found = rejection.counterexample
+            self.failure = f"[{found.rule.value}] line {found.line} ({found.event}): {found.message}"
+        except Undecidable as undecidable:
+            self.failure = f"inconclusive: {undecidable.finding.message}"
+        except msgspec.ValidationError as error:
+            self.failure = f"not a trace v1 event: {error}"
 
 
 class InvariantBroken(AssertionError):
@@ -120,7 +166,9 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
         )
         for object_id, blocks in OBJECTS.items():
             self.runtime.register_object(object_id, blocks)
-        self.replay = TraceReplay.from_header(self.runtime.header)
+        self.trace_check = EmittedTraceCheck(self.runtime.header)
+        self.holding: dict[str, set[int]] = {}
+        """Per claim, the positions its emitted block events say it holds."""
         self.findings: dict[str, list[str]] = {}
         self.released: set[str] = set()
         self.faulted: set[str] = set()
@@ -158,7 +206,7 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
             raise InvariantBroken(f"{invariant_name}: {found[0]}")
 
     def _observe(self) -> None:
-        """Feed new events to the replay and to the trace-level invariants, once each."""
+        """Feed new events to the refinement checker and to the trace-level invariants, once each."""
         events = self.buffer.events
         usable = self.runtime.pool.usable
         while self._seen < len(events):
@@ -184,10 +232,19 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
                 )
             if name in ("active_request_refused", "active_request_deferred"):
                 self._conflict(event, usable)
-            try:
-                self.replay.feed(event)
-            except ReplayViolation as violation:
-                self._finding("emitted_trace_accepted", str(violation))
+            self._track_blocks(name, event)
+            failure = self.trace_check.feed(event)
+            if failure is not None:
+                self._finding("emitted_trace_accepted", failure)
+
+    def _track_blocks(self, name: str, event: dict[str, Any]) -> None:
+        claim_id, position = event.get("claim_id"), event.get("position")
+        if claim_id is None or not isinstance(position, int):
+            return
+        if name == "block_stored":
+            self.holding.setdefault(claim_id, set()).add(position)
+        elif name == "block_removed":
+            self.holding.get(claim_id, set()).discard(position)
 
     def _conflict(self, event: dict[str, Any], usable: int) -> None:
         problem = recorded_capacity_problem(event, usable)
@@ -196,9 +253,8 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
         if event["reason"] != "capacity":
             return
         for claim_id in event["blocking_claim_ids"]:
-            view = self.replay.claims.get(claim_id)
             claim = self.runtime.claims.get(claim_id)
-            if claim is None or claim.spec.mode not in PRESERVING_MODES or view is None or not view.present:
+            if claim is None or claim.spec.mode not in PRESERVING_MODES or not self.holding.get(claim_id):
                 self._finding(
                     "blocking_ids_name_holding_hard_claims",
                     f"seq {event['seq']} names {claim_id}: it holds no blocks under a preservation "
@@ -402,7 +458,9 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         self._observe()
         try:
-            self.replay.finish()
+            failure = self.trace_check.finish()
+            if failure is not None:
+                raise InvariantBroken(f"emitted_trace_accepted: {failure}")
             self.runtime.close()
         finally:
             type(self).coverage.absorb(self.runtime, self._steps)
@@ -459,15 +517,7 @@ def fuzz(
 ) -> FuzzReport:
     """Run random (not derandomized) batches of `machine` until `seconds` have passed or an
     invariant breaks; Hypothesis shrinks the failure and prints the minimal rule sequence."""
-    batch_settings = settings(
-        max_examples=batch_examples,
-        stateful_step_count=50,
-        deadline=None,
-        database=None,
-        derandomize=False,
-        print_blob=False,
-        suppress_health_check=list(HealthCheck),
-    )
+    batch_settings = batches(batch_examples, stateful_step_count=50)
     start = time.monotonic()
     report = FuzzReport(machine.coverage, 0.0, 0)
     while report.seconds < seconds and report.failure is None:
@@ -499,4 +549,4 @@ class PlantedBugMachine(MicroRuntimeMachine):
 
 
 TestMicroRuntime = MicroRuntimeMachine.TestCase
-"""For users: `from kvclaims.microruntime.testing import TestMicroRuntime` runs under pytest."""
+"""For users: `from kvclaims.testing import MicroRuntimeMachine` and its `TestCase` run under pytest."""

@@ -9,8 +9,11 @@ from typing import ClassVar
 import pytest
 from hypothesis import settings
 
-from kvclaims.microruntime.testing import (
+from kvclaims.lab.fuzz_settings import bounded
+from kvclaims.lab.micro_fuzzing import (
+    MIN_USABLE_BLOCKS,
     Coverage,
+    EmittedTraceCheck,
     InvariantBroken,
     MicroRuntimeMachine,
     PlantedBugMachine,
@@ -87,24 +90,61 @@ def test_a_small_pool_machine_runs_and_a_too_small_one_is_refused_clearly() -> N
     """The documented override: a pool just large enough for every prefix object fuzzes with
     every invariant holding (active requests are capped at the pool); a smaller one is a clear
     error, not an InputError from deep inside a rule."""
-    from hypothesis import HealthCheck
-    from hypothesis import settings as hypothesis_settings
-
-    from kvclaims.microruntime.testing import MIN_USABLE_BLOCKS
-
     small = fresh_machine(MicroRuntimeMachine, usable_blocks=MIN_USABLE_BLOCKS)
-    run_machine(
-        small,
-        hypothesis_settings(
-            max_examples=30,
-            stateful_step_count=30,
-            derandomize=True,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-            database=None,
-        ),
-    )
+    run_machine(small, bounded(max_examples=30, stateful_step_count=30))
     assert small.coverage.examples > 0
     too_small = fresh_machine(MicroRuntimeMachine, usable_blocks=MIN_USABLE_BLOCKS - 1)
     with pytest.raises(ValueError, match="MIN_USABLE_BLOCKS"):
         too_small()
+
+
+HEADER = {"kvclaims_trace": 1, "usable_blocks": 80, "block_size": 16}
+TERMS = {
+    "claim_id": "c",
+    "owner_scope": "t",
+    "object_id": "o",
+    "mode": "hard_protected",
+    "footprint_blocks": 2,
+    "predicate": {"kind": "leading_prefix_at_least", "blocks": 2},
+}
+
+
+def _fed(*events: dict[str, object]) -> EmittedTraceCheck:
+    check = EmittedTraceCheck(HEADER)
+    for seq, event in enumerate(events):
+        check.feed({"seq": seq, **event})
+    return check
+
+
+def test_the_streamed_check_rejects_an_illegal_step_where_it_happens_and_then_stops() -> None:
+    check = _fed({"event": "resident_claim_materialized", "claim_id": "c", "leading_blocks": 2})
+    assert check.failure is not None and check.failure.startswith("[")
+    first = check.failure
+    check.feed({"seq": 9, "event": "resident_claim_accepted", **TERMS})
+    assert check.failure == first
+
+
+def test_the_streamed_check_needs_increasing_seq_known_events_and_owed_outcomes() -> None:
+    accepted = {"event": "resident_claim_accepted", **TERMS}
+    repeated = EmittedTraceCheck(HEADER)
+    repeated.feed({"seq": 3, **accepted})
+    assert repeated.feed({"seq": 3, "event": "resident_claim_released", "claim_id": "c"}) is not None
+    assert _fed({"event": "something_new"}).failure is not None
+    stored = [
+        {"event": "block_stored", "block_id": p, "block_hash": f"o#{p}", "claim_id": "c", "position": p}
+        for p in (0, 1)
+    ]
+    materialized = {"event": "resident_claim_materialized", "claim_id": "c", "leading_blocks": 2}
+    silent = _fed(
+        accepted,
+        *stored,
+        materialized,
+        {"event": "block_removed", "block_id": 1, "block_hash": "o#1", "claim_id": "c", "position": 1},
+    )
+    assert silent.failure is None
+    owed = silent.finish()
+    assert owed is not None and "no_silent_harm" in owed
+    clean = _fed(
+        accepted, *stored, {"event": "resident_claim_materialized", "claim_id": "c", "leading_blocks": 2}
+    )
+    assert clean.finish() is None

@@ -1,0 +1,85 @@
+"""Closing the engine's trace on every shutdown path the engine process can see.
+
+vLLM's engine core ends in one of these ways, and each must end the trace with `trace_closed`
+(a trace without it is truncated for refinement):
+
+- engine shutdown (`Scheduler.shutdown`, also what vLLM runs after SIGTERM / SIGINT when it
+  is given time to: the API server's `--shutdown-timeout`): reason `engine_shutdown`, or the
+  signal that started it (`SIGTERM`, `SIGINT`), recorded by a handler chained in front of
+  whatever handler the process had;
+- a signal whose previous handling was the default (an in-process engine): the handler
+  records the signal and raises `SystemExit`, so the interpreter unwinds and `atexit` closes
+  the trace with the signal's name;
+- interpreter exit with the trace still open: `atexit`.
+
+A SIGKILL (vLLM's API server sends one right after SIGTERM when `--shutdown-timeout` is 0)
+cannot be seen: that trace stays truncated, which refinement reports as inconclusive.
+The handlers only record and re-dispatch; the trace is written by the thread that owns it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import signal
+import threading
+import weakref
+from types import FrameType
+from typing import Any, Protocol
+
+from kvclaims.spec.trace import CloseReason
+
+_SIGNALS: dict[int, CloseReason] = {
+    signal.SIGTERM: CloseReason.SIGTERM,
+    signal.SIGINT: CloseReason.SIGINT,
+}
+
+
+class Closable(Protocol):
+    def close(self, reason: CloseReason = CloseReason.closed) -> None: ...
+
+
+class _Watch:
+    """The process-wide record: open sinks (weakly held) and the signal seen, if any."""
+
+    def __init__(self) -> None:
+        self.sinks: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.signal: CloseReason | None = None
+        self.installed = False
+
+
+_WATCH = _Watch()
+
+
+def guard(sink: Closable) -> None:
+    """Close `sink` at interpreter exit if nobody closed it before, and record termination
+    signals (installed once per process; signal handlers only from the main thread)."""
+    _WATCH.sinks.add(sink)
+    if _WATCH.installed:
+        return
+    _WATCH.installed = True
+    atexit.register(_close_open_sinks)
+    if threading.current_thread() is threading.main_thread():
+        for number in _SIGNALS:
+            previous = signal.getsignal(number)
+            signal.signal(number, _chained(previous))
+
+
+def reason(default: CloseReason) -> CloseReason:
+    """The reason to write when closing now: the termination signal seen, else `default`."""
+    return _WATCH.signal or default
+
+
+def _chained(previous: Any) -> Any:
+    def handler(number: int, frame: FrameType | None) -> None:
+        _WATCH.signal = _SIGNALS[number]
+        if callable(previous):
+            previous(number, frame)
+        elif previous == signal.SIG_DFL:
+            raise SystemExit(128 + number)
+
+    return handler
+
+
+def _close_open_sinks() -> None:
+    for sink in list(_WATCH.sinks):
+        sink.close(reason(CloseReason.atexit))
