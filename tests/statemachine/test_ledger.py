@@ -193,27 +193,3 @@ def test_the_fewest_oldest_claims_that_remove_the_shortfall_are_chosen() -> None
     assert fewest_oldest(claims, frees(10)) == claims
     assert fewest_oldest(claims, frees(11)) is None  # all of them are not enough: relax none
     assert fewest_oldest([], frees(0)) is None
-
-
-def test_the_semantics_import_only_the_spec() -> None:
-    import ast
-    from pathlib import Path
-
-    import kvclaims.statemachine as package
-
-    found = {}
-    for path in Path(package.__file__).parent.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = (
-                [node.module or ""]
-                if isinstance(node, ast.ImportFrom)
-                else [a.name for a in node.names]
-                if isinstance(node, ast.Import)
-                else []
-            )
-            for name in names:
-                if name.startswith("kvclaims") and not name.startswith(
-                    ("kvclaims.spec", "kvclaims.statemachine")
-                ):
-                    found[path.name] = name
-    assert found == {}
