@@ -47,7 +47,7 @@ from hypothesis.stateful import (
 from kvclaims.lab.fuzz_settings import batches, bounded
 from kvclaims.microruntime.inputs import ClaimSpec, RequestKind, RequestSpec
 from kvclaims.microruntime.policies import POLICIES, Policy
-from kvclaims.microruntime.runtime import ClaimRecord, FaultKind, MicroRuntime
+from kvclaims.microruntime.runtime import FaultKind, MicroClaim, MicroRuntime
 from kvclaims.microruntime.tracing import TraceBuffer
 from kvclaims.refinement.checker import Checker, Rejection, Undecidable
 from kvclaims.refinement.decoding import convert_event
@@ -181,14 +181,14 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
     def _next(self, prefix: str) -> str:
         return f"{prefix}{next(self._ids)}"
 
-    def _claims(self, predicate: Callable[[ClaimRecord], bool]) -> list[ClaimRecord]:
+    def _claims(self, predicate: Callable[[MicroClaim], bool]) -> list[MicroClaim]:
         return [c for c in self.runtime.claims.values() if predicate(c)]
 
-    def _allowing(self, event: Event) -> list[ClaimRecord]:
+    def _allowing(self, event: Event) -> list[MicroClaim]:
         return self._claims(lambda c: self.runtime.allows(c.spec.claim_id, event))
 
     @staticmethod
-    def _pick(candidates: list[ClaimRecord], index: int) -> ClaimRecord:
+    def _pick(candidates: list[MicroClaim], index: int) -> MicroClaim:
         return candidates[index % len(candidates)]
 
     def _run(self, spec: RequestSpec, *, hold: bool = False) -> None:
@@ -392,12 +392,12 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
         """Time passes: expiring claims expire, deferred and waiting requests retry."""
         self.runtime.tick(steps)
 
-    @precondition(lambda self: self._claims(lambda c: any(b >= 0 for b in c.block_at)))
+    @precondition(lambda self: self._claims(lambda c: c.held_count > 0))
     @rule(index=st.integers(0, 63))
     def fail_kv_load(self, index: int) -> None:
         """An invalid KV load drops a cached block, even a pinned one (harm if it breaks a
         preserving claim's predicate: the runtime must report it)."""
-        claim = self._pick(self._claims(lambda c: any(b >= 0 for b in c.block_at)), index)
+        claim = self._pick(self._claims(lambda c: c.held_count > 0), index)
         self.runtime.inject_fault(FaultKind.invalid_kv_load, claim.spec.claim_id)
 
     @precondition(lambda self: self._claims(lambda c: c.phase is Phase.offloaded))
@@ -428,10 +428,10 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
     def no_unreported_predicate_loss(self) -> None:
         for claim in self._claims(lambda c: c.phase is Phase.materialized):
             _, leading = self.runtime.residency(claim.spec.object_id, claim.spec.footprint_blocks)
-            if leading < claim.required:
+            if leading < claim.required_blocks:
                 raise InvariantBroken(
                     f"no_unreported_predicate_loss: {claim.spec.claim_id} is materialized, its pool prefix "
-                    f"has {leading} leading blocks of {claim.required}"
+                    f"has {leading} leading blocks of {claim.required_blocks}"
                 )
 
     @invariant()
@@ -537,7 +537,7 @@ class OffByOneVictimExclusion(MicroRuntime):
     """A planted bug for the fuzzer's self-test: victim exclusion protects one block fewer than
     the claim's footprint, so a hard claim's tail block can be evicted."""
 
-    def pin_limit(self, claim: ClaimRecord) -> int:
+    def pin_limit(self, claim: MicroClaim) -> int:
         return max(0, claim.protected_blocks - 1)
 
 

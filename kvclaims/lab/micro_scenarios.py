@@ -18,11 +18,11 @@ from typing import Any
 
 from kvclaims.lab.seed_cases import BY_NAME, SWEEP_POOLS, SeedCase, recorded_proof, trace_numbers
 from kvclaims.microruntime.inputs import ClaimSpec, RequestKind, RequestSpec, validate_inputs
-from kvclaims.microruntime.policies import POLICIES, ConflictAction, Policy
+from kvclaims.microruntime.policies import POLICIES, Policy
 from kvclaims.microruntime.runtime import (
-    ClaimRecord,
     FaultKind,
     LifecycleBug,
+    MicroClaim,
     MicroRuntime,
     RequestOutcome,
 )
@@ -31,6 +31,7 @@ from kvclaims.refinement.api import check_bytes
 from kvclaims.spec.capacity import CapacityProof
 from kvclaims.spec.errors import InputError, Problem
 from kvclaims.spec.vocabulary import ProtectionMode
+from kvclaims.statemachine.ledger import ConflictAction
 from kvclaims.statemachine.lifecycle import Event, Phase
 
 M = ProtectionMode
@@ -526,7 +527,7 @@ def materialization_failure(usable: int | None) -> ScenarioResult:
     result.summary = {
         "surviving_blocks": surviving,
         "leading_blocks": leading,
-        "required_blocks": rt.claims["claim:leading"].required,
+        "required_blocks": rt.claims["claim:leading"].required_blocks,
         "reuse_cached_blocks": reuse["cached_blocks"],
         "predicate_satisfied": reuse["predicate_satisfied"],
         "claim_lost_events": session.buffer.counts()["resident_claim_lost"],
@@ -804,9 +805,9 @@ def _release_resumed(rt: MicroRuntime, claim_id: str | None) -> None:
 class _SilentHarmRuntime(MicroRuntime):
     """Broken on purpose: it loses claim blocks without reporting harm or loss."""
 
-    def _lose(self, claim: ClaimRecord, position: int) -> None:
-        claim.block_at[position] = -1
-        claim.leading = min(claim.leading, position)
+    def _lose(self, claim: MicroClaim, position: int) -> None:
+        claim.slots[position] = None
+        claim.leading_blocks = min(claim.leading_blocks, position)
 
 
 class _NullBlockShortfallRuntime(MicroRuntime):
@@ -825,21 +826,21 @@ class _FallbackRecomputeRuntime(MicroRuntime):
     """Broken on purpose: after a failed restore it recomputes the prefix and reports the reuse
     as satisfied (it also ignores its own lifecycle, as such a runtime would)."""
 
-    def _advance(self, claim: ClaimRecord, event: Event) -> None:
+    def _advance(self, claim: MicroClaim, event: Event) -> None:
         try:
             super()._advance(claim, event)
         except LifecycleBug:
             pass
 
-    def _restoration_failed(self, record: Any, claim: ClaimRecord, outcome: Any) -> bool:
+    def _restoration_failed(self, record: Any, claim: MicroClaim, outcome: Any) -> bool:
         spec, claim_id = record.spec, claim.spec.claim_id
         self._emit(
             "resident_claim_restoration_failed",
             {"claim_id": claim_id, "request_id": spec.request_id, "outcome": outcome.value},
         )
         self._advance(claim, Event.fail_restoration_refusal)
-        record.hit_blocks = claim.required
-        self.stats.recomputed_blocks += claim.required
+        record.hit_blocks = claim.required_blocks
+        self.stats.recomputed_blocks += claim.required_blocks
         claim.phase = Phase.materialized
         return True
 

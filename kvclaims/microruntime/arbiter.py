@@ -15,8 +15,8 @@ waits for running requests to finish, which is not attributed to any claim.
 
 from __future__ import annotations
 
-from kvclaims.microruntime.policies import ConflictAction
 from kvclaims.spec.capacity import CapacityProof, recorded_capacity_problem
+from kvclaims.statemachine.ledger import ConflictAction
 
 __all__ = ["CapacityProof", "recorded_capacity_problem", "unavailable_reason"]
 

@@ -20,6 +20,7 @@ from kvclaims.microruntime.inputs import ClaimSpec
 from kvclaims.spec.tables import OFFLOAD_MODES, PRESERVING_MODES
 from kvclaims.spec.trace import RestorationOutcome
 from kvclaims.spec.vocabulary import ProtectionMode
+from kvclaims.statemachine.ledger import ConflictAction
 
 
 class Protection(StrEnum):
@@ -31,20 +32,6 @@ class Protection(StrEnum):
     """Soft priority: free blocks are evicted only after every ordinary free block."""
     none = "none"
     """Telemetry only: the blocks are ordinary cache entries."""
-
-
-class ConflictAction(StrEnum):
-    """The arbiter's actions when protected resident + active live KV exceed the pool
-    (seed 001 table 5). The last two need resources a single pool does not have."""
-
-    refuse = "refuse"
-    defer = "defer"
-    relax = "relax"
-    offload_resident = "offload_resident"
-    offload_active = "offload_active"
-    bound_active_live = "bound_active_live"
-    route_elsewhere = "route_elsewhere"
-    add_capacity = "add_capacity"
 
 
 class BoundMethod(StrEnum):
@@ -231,7 +218,7 @@ RETAIN_ALL: Mapping[ProtectionMode, Protection] = MappingProxyType(
 ALL_ACTIONS: tuple[ConflictAction, ...] = (
     ConflictAction.route_elsewhere,
     ConflictAction.add_capacity,
-    ConflictAction.relax,
+    ConflictAction.demote,
     ConflictAction.offload_resident,
     ConflictAction.bound_active_live,
     ConflictAction.offload_active,
@@ -291,7 +278,7 @@ POLICIES: Mapping[str, Policy] = _policies(
     Policy(
         "demotable",
         "victim exclusion; a conflict demotes demotable claims before any of their blocks is lost",
-        conflict_actions=(ConflictAction.relax, ConflictAction.refuse),
+        conflict_actions=(ConflictAction.demote, ConflictAction.refuse),
     ),
     Policy(
         "expiring",

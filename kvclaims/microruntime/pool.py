@@ -124,7 +124,8 @@ class BlockPool:
         self.request_refs[block] += 1
 
     def pin(self, block: int) -> None:
-        """Exclude `block` from eviction (victim exclusion or a TTL pin)."""
+        """Exclude `block` from eviction (victim exclusion or a TTL pin): one more pin
+        reference; the first reference on an unreferenced block takes it off its free queue."""
         if self.request_refs[block] == 0 and self.pin_refs[block] == 0:
             self._dequeue(block)
         self.pin_refs[block] += 1
@@ -140,18 +141,23 @@ class BlockPool:
                 self._enqueue(block)
 
     def unpin(self, block: int) -> None:
+        """Drop one pin reference of `block`; with no reference left it joins the tail of a
+        free queue (evicted last among the free)."""
         self.pin_refs[block] -= 1
         if self.request_refs[block] == 0 and self.pin_refs[block] == 0:
             self._enqueue(block)
 
     def retain(self, block: int) -> None:
-        """A soft-priority claim ranks `block` above ordinary free blocks."""
+        """A soft-priority claim ranks `block` above ordinary free blocks: one more retention;
+        a free cached block moves from the ordinary to the retained free queue."""
         self.retain_refs[block] += 1
         if self.retain_refs[block] == 1 and block in self.free and self.hash_of[block] is not None:
             del self.free[block]
             self.retained[block] = None
 
     def unretain(self, block: int) -> None:
+        """Drop one retention of `block`; with none left, a free retained block moves to the
+        tail of the ordinary free queue."""
         self.retain_refs[block] -= 1
         if self.retain_refs[block] == 0 and block in self.retained:
             del self.retained[block]

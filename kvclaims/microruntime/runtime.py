@@ -11,8 +11,6 @@ an input problem). The numbers a scenario reports are read from this runtime's s
 
 from __future__ import annotations
 
-import functools
-import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -24,7 +22,6 @@ from kvclaims.microruntime.policies import (
     POLICIES,
     BoundMethod,
     ClaimPlan,
-    ConflictAction,
     PlanningContext,
     Policy,
     Protection,
@@ -36,36 +33,25 @@ from kvclaims.spec.tables import OFFLOAD_MODES
 from kvclaims.spec.trace import ConflictReason, RestorationOutcome
 from kvclaims.spec.vocabulary import ProtectionMode
 from kvclaims.statemachine.checkpoint import HybridCheckpoint, restore
+from kvclaims.statemachine.ledger import (
+    Claim,
+    ClaimLedger,
+    ConflictAction,
+    LifecycleBug,
+    Loss,
+    fewest_oldest,
+    next_request_phase,
+)
 from kvclaims.statemachine.lifecycle import (
+    RESPONSIBLE,
+    RETIRED,
+    SATISFIABLE,
+    SETTLED,
     ClaimProfile,
     Event,
     Phase,
-    Violation,
-    at_end,
-    step,
 )
-from kvclaims.statemachine.requests import (
-    REQUEST_INITIAL,
-    RequestEvent,
-    RequestPhase,
-    RequestViolation,
-    request_step,
-)
-
-RESPONSIBLE = frozenset({Phase.accepted, Phase.materialized, Phase.offloaded, Phase.restoring})
-"""Phases in which the runtime answers for the claim's predicate (new blocks are tagged)."""
-
-SATISFIABLE = frozenset({Phase.materialized, Phase.demoted, Phase.expired, Phase.released})
-"""Phases from which a reuse may report the predicate satisfied (if the blocks are there)."""
-
-SETTLED = frozenset({Phase.demoted, Phase.expired})
-"""Phases after responsibility ended: the claim keeps naming the blocks it still holds (their
-later loss is reported as post-release loss), but tags no new ones; with its last block gone
-the runtime forgets it."""
-
-RETIRED = frozenset({Phase.released, Phase.harmed})
-"""Phases after which the runtime forgets the claim's blocks at once: they are ordinary cache
-entries, and block events no longer name the claim."""
+from kvclaims.statemachine.requests import REQUEST_INITIAL, RequestEvent, RequestPhase
 
 _RESTORATION_EVENT = {
     RestorationOutcome.refusal: Event.fail_restoration_refusal,
@@ -74,13 +60,7 @@ _RESTORATION_EVENT = {
     RestorationOutcome.harm: Event.fail_restoration_harm,
 }
 
-
-next_phase = functools.cache(step)
-"""`lifecycle.step`, memoized: it is pure, and the runtime asks it for every claim event."""
-
-
-class LifecycleBug(AssertionError):
-    """The runtime was about to emit an event its own lifecycle machine forbids."""
+__all__ = ["FaultKind", "LifecycleBug", "MicroClaim", "MicroRuntime", "RequestOutcome"]
 
 
 class FaultKind(StrEnum):
@@ -107,29 +87,32 @@ class RequestOutcome(StrEnum):
     to blame, so nothing is attributed (like vLLM's waiting queue)."""
 
 
-@dataclass(eq=False, slots=True)
-class ClaimRecord:
-    """One claim's runtime state. `block_at[i]` is the block holding position i, or -1."""
+@dataclass(eq=False, slots=True, kw_only=True)
+class MicroClaim(Claim):
+    """A ledger claim (`slots[i]`: the pool block holding position i) plus the MicroRuntime's
+    physical side: how its blocks are protected, which positions are pinned or retained, and
+    its two-key checkpoint."""
 
     spec: ClaimSpec
-    profile: ClaimProfile
-    phase: Phase = Phase.absent
     protection: Protection = Protection.none
     protected_blocks: int = 0
-    block_at: list[int] = field(default_factory=list)
-    leading: int = 0
-    held: int = 0
     pinned: list[int] = field(default_factory=list)
     retained: list[int] = field(default_factory=list)
-    accepted_seq: int = 0
     expires_at: int | None = None
     checkpoint: HybridCheckpoint | None = None
     recorded_value_hash: str | None = None
     failing_restore: RestorationOutcome | None = None
 
-    @property
-    def required(self) -> int:
-        return self.spec.required_blocks
+    @classmethod
+    def of(cls, spec: ClaimSpec) -> MicroClaim:
+        return cls(
+            claim_id=spec.claim_id,
+            mode=spec.mode,
+            footprint_blocks=spec.footprint_blocks,
+            required_blocks=spec.required_blocks,
+            profile=ClaimProfile.of(spec.mode, two_key=spec.two_key),
+            spec=spec,
+        )
 
 
 @dataclass(eq=False, slots=True)
@@ -182,21 +165,20 @@ class MicroRuntime:
         self.policy = policy
         self.step = 0
         self.header = trace_header(usable_blocks, block_size, source)
-        self.claims: dict[str, ClaimRecord] = {}
+        self.ledger = ClaimLedger()
+        self.claims: dict[str, MicroClaim] = self.ledger.claims  # type: ignore[assignment]
         self.requests: dict[str, RequestRecord] = {}
         self.objects: dict[str, int] = {}
         self.stats = RuntimeStats()
         self.arbiter_log: list[dict[str, Any]] = []
-        self.phases_reached: set[Phase] = set()
-        self.transitions_taken: set[tuple[Phase, Event, Phase]] = set()
+        self.phases_reached = self.ledger.phases_reached
+        self.transitions_taken = self.ledger.transitions_taken
         self.request_transitions: set[tuple[RequestPhase, RequestEvent, RequestPhase]] = set()
         self._sink: TraceSink = sink if sink is not None else (lambda event: None)
         self._seq = 0
-        self._claims_on: dict[str, list[ClaimRecord]] = {}
-        self._pinning: dict[str, ClaimRecord] = {}
+        self._claims_on: dict[str, list[MicroClaim]] = {}
         self._hashes_of: dict[str, list[str]] = {}
         self._pending: list[RequestRecord] = []
-        self._expiries: list[tuple[int, int, str]] = []
         self._ttl_pins: dict[str, tuple[int, list[int]]] = {}
         self._admitted_by_clock: list[str] = []
 
@@ -204,25 +186,19 @@ class MicroRuntime:
 
     @property
     def events_emitted(self) -> int:
+        """Trace events emitted so far (the last `seq`)."""
         return self._seq
 
     def _emit(self, event: str, fields: dict[str, Any]) -> None:
         self._seq += 1
         self._sink({"seq": self._seq, "event": event, "engine_step": self.step, **fields})
 
-    def _advance(self, claim: ClaimRecord, event: Event) -> None:
-        """Step the claim's lifecycle; an illegal event is a runtime bug."""
-        target = next_phase(claim.profile, claim.phase, event)
-        if isinstance(target, Violation):
-            raise LifecycleBug(f"claim {claim.spec.claim_id}: {target.message} ({target.rule})")
-        self.transitions_taken.add((claim.phase, event, target))
-        self.phases_reached.add(target)
-        claim.phase = target
+    def _advance(self, claim: MicroClaim, event: Event) -> None:
+        """Step the claim in the ledger; an illegal event raises `IllegalTransition`."""
+        self.ledger.advance(claim, event)
 
     def _advance_request(self, record: RequestRecord, event: RequestEvent) -> None:
-        target = request_step(record.phase, event)
-        if isinstance(target, RequestViolation):
-            raise LifecycleBug(f"request {record.spec.request_id}: {target.message} ({target.rule})")
+        target = next_request_phase(record.spec.request_id, record.phase, event)
         self.request_transitions.add((record.phase, event, target))
         record.phase = target
 
@@ -252,7 +228,13 @@ class MicroRuntime:
     # ------------------------------------------------------------------ claims
 
     def submit_claims(self, specs: Sequence[ClaimSpec]) -> list[ClaimPlan]:
-        """Submit claims together (materialization policies plan them as a batch)."""
+        """Submit claims together (materialization policies plan them as a batch).
+
+        Each claim enters the ledger (`claims`) submitted, then is accepted or rejected by the
+        policy's plan; an accepted one is indexed under its object, tags (and pins or retains)
+        the blocks of its prefix already cached, may materialize at once, and an expiring one
+        gets its deadline. Duplicate or malformed specs are an `InputError` (nothing changes).
+        """
         validate_inputs(self.pool.usable, specs, source=self.header["source"])
         taken = [s.claim_id for s in specs if s.claim_id in self.claims]
         if taken:
@@ -264,11 +246,9 @@ class MicroRuntime:
             )
         records = []
         for spec in specs:
-            record = ClaimRecord(spec, ClaimProfile.of(spec.mode, two_key=spec.two_key))
-            self.claims[spec.claim_id] = record
-            self.phases_reached.add(Phase.absent)
+            record = MicroClaim.of(spec)
             self._emit("resident_claim_submitted", spec.terms())
-            self._advance(record, Event.submit)
+            self.ledger.submit(record)
             records.append(record)
         if self.policy.accepts_claims:
             context = PlanningContext(self._protected_budget_left(), self.objects, self.policy.protection_of)
@@ -286,25 +266,22 @@ class MicroRuntime:
         return plans
 
     def submit_claim(self, spec: ClaimSpec) -> ClaimPlan:
+        """`submit_claims` for one claim."""
         return self.submit_claims([spec])[0]
 
     def _protected_budget_left(self) -> int:
         budget = self.policy.protected_budget_blocks or self.pool.usable
-        return max(0, budget - sum(c.spec.footprint_blocks for c in self._pinning.values()))
+        return max(0, budget - sum(c.footprint_blocks for c in self.ledger.protecting.values()))
 
-    def _accept(self, claim: ClaimRecord, plan: ClaimPlan) -> None:
+    def _accept(self, claim: MicroClaim, plan: ClaimPlan) -> None:
         spec = claim.spec
         self._emit("resident_claim_accepted", spec.terms())
-        self._advance(claim, Event.accept)
-        claim.accepted_seq = self._seq
         claim.protection = self.policy.protection_of(spec.mode)
         claim.protected_blocks = plan.protected_blocks if claim.protection is not Protection.none else 0
-        claim.block_at = [-1] * spec.footprint_blocks
-        if claim.protection is Protection.pin:
-            self._pinning[spec.claim_id] = claim
+        self.ledger.accept(claim, protects=claim.protection is Protection.pin)
         if spec.duration_steps is not None and spec.mode is ProtectionMode.expiring:
             claim.expires_at = self.step + spec.duration_steps
-            heapq.heappush(self._expiries, (claim.expires_at, claim.accepted_seq, spec.claim_id))
+            self.ledger.expire_at(claim, step=claim.expires_at)
         self._claims_on.setdefault(spec.object_id, []).append(claim)
         by_hash = self.pool.by_hash
         for position, block_hash in enumerate(self._hashes(spec.object_id, spec.footprint_blocks)):
@@ -322,14 +299,13 @@ class MicroRuntime:
                 self._tag(claim, position, block)
         self._settle_leading(claim)
 
-    def pin_limit(self, claim: ClaimRecord) -> int:
+    def pin_limit(self, claim: MicroClaim) -> int:
         """How many leading positions victim exclusion covers for this claim."""
         return claim.protected_blocks
 
-    def _tag(self, claim: ClaimRecord, position: int, block: int) -> None:
+    def _tag(self, claim: MicroClaim, position: int, block: int) -> None:
         """`block` now holds the claim's `position`: protect it as the policy says."""
-        claim.block_at[position] = block
-        claim.held += 1
+        claim.hold(position, block)
         if claim.phase not in RESPONSIBLE or position >= self.pin_limit(claim):
             return
         if claim.protection is Protection.pin:
@@ -339,77 +315,66 @@ class MicroRuntime:
             self.pool.retain(block)
             claim.retained.append(position)
 
-    def _settle_leading(self, claim: ClaimRecord) -> None:
-        """Extend the leading prefix over stored positions; materialize when it holds."""
-        block_at, footprint = claim.block_at, claim.spec.footprint_blocks
-        while claim.leading < footprint and block_at[claim.leading] >= 0:
-            claim.leading += 1
-        if claim.phase is Phase.accepted and claim.leading >= claim.required:
-            fields: dict[str, Any] = {"claim_id": claim.spec.claim_id, "leading_blocks": claim.leading}
+    def _settle_leading(self, claim: MicroClaim) -> None:
+        """Materialize the claim once its leading prefix meets the predicate."""
+        if self.ledger.materializes(claim):
+            fields: dict[str, Any] = {"claim_id": claim.claim_id, "leading_blocks": claim.leading_blocks}
             if claim.spec.two_key:
-                claim.checkpoint = HybridCheckpoint.take(claim.spec.object_id, claim.required)
+                claim.checkpoint = HybridCheckpoint.take(claim.spec.object_id, claim.required_blocks)
                 claim.recorded_value_hash = claim.checkpoint.value_hash
                 fields["checkpoint"] = claim.checkpoint.recorded()
             self._emit("resident_claim_materialized", fields)
             self._advance(claim, Event.materialize)
 
-    def _lose(self, claim: ClaimRecord, position: int) -> None:
+    def _lose(self, claim: MicroClaim, position: int) -> None:
         """The claim's block at `position` left the pool: update the prefix, report breakage."""
-        block = claim.block_at[position]
-        claim.block_at[position] = -1
-        claim.held -= 1
+        block = claim.slots[position]
+        crossed = claim.drop(position)
         if position in claim.pinned:
             claim.pinned.remove(position)
         if position in claim.retained:
             claim.retained.remove(position)
             self.pool.unretain(block)
-        before = claim.leading
-        if position < before:
-            claim.leading = position
-        if before >= claim.required > claim.leading:
-            self._advance(claim, Event.predicate_broken)
-            if claim.phase is Phase.breached:
-                self._emit(
-                    "resident_claim_harmed",
-                    {
-                        "claim_id": claim.spec.claim_id,
-                        "leading_blocks": claim.leading,
-                        "required_blocks": claim.required,
-                    },
-                )
-                self._advance(claim, Event.harm)
-                self._end_protection(claim)
-            elif claim.phase is Phase.accepted:
-                self._emit(
-                    "resident_claim_lost", {"claim_id": claim.spec.claim_id, "leading_blocks": claim.leading}
-                )
-                self._advance(claim, Event.lose)
-        if claim.held == 0 and claim.phase in SETTLED:
+        loss = self.ledger.break_predicate(claim) if crossed else Loss.none
+        if loss is Loss.harm:
+            self._emit(
+                "resident_claim_harmed",
+                {
+                    "claim_id": claim.claim_id,
+                    "leading_blocks": claim.leading_blocks,
+                    "required_blocks": claim.required_blocks,
+                },
+            )
+            self._advance(claim, Event.harm)
+            self._end_protection(claim)
+        elif loss is Loss.lost:
+            self._emit(
+                "resident_claim_lost", {"claim_id": claim.claim_id, "leading_blocks": claim.leading_blocks}
+            )
+            self._advance(claim, Event.lose)
+        if claim.held_count == 0 and claim.phase in SETTLED:
             self._forget(claim)
 
-    def _end_protection(self, claim: ClaimRecord) -> None:
+    def _end_protection(self, claim: MicroClaim) -> None:
         """Responsibility ended (or moved off the GPU): unpin tail first, drop retention; a
         released or harmed claim is retired."""
         for position in sorted(claim.pinned, reverse=True):
-            self.pool.unpin(claim.block_at[position])
+            self.pool.unpin(claim.slots[position])
         claim.pinned.clear()
         for position in sorted(claim.retained, reverse=True):
-            self.pool.unretain(claim.block_at[position])
+            self.pool.unretain(claim.slots[position])
         claim.retained.clear()
-        if claim.phase not in RESPONSIBLE:
-            self._pinning.pop(claim.spec.claim_id, None)
-        if claim.phase in RETIRED or (claim.phase in SETTLED and claim.held == 0):
+        if claim.phase in RETIRED or (claim.phase in SETTLED and claim.held_count == 0):
             self._forget(claim)
 
-    def _forget(self, claim: ClaimRecord) -> None:
+    def _forget(self, claim: MicroClaim) -> None:
         """The claim names no block any more: drop it from its object's index."""
         claims = self._claims_on[claim.spec.object_id]
         if claim in claims:
             claims.remove(claim)
-        claim.block_at = [-1] * claim.spec.footprint_blocks
-        claim.held = claim.leading = 0
+        claim.drop_all()
 
-    def _claim(self, claim_id: str) -> ClaimRecord:
+    def _claim(self, claim_id: str) -> MicroClaim:
         claim = self.claims.get(claim_id)
         if claim is None:
             raise InputError(
@@ -419,11 +384,10 @@ class MicroRuntime:
 
     def allows(self, claim_id: str, event: Event) -> bool:
         """Is `event` a legal next step for this claim now (for drivers choosing operations)?"""
-        claim = self._claim(claim_id)
-        return not isinstance(next_phase(claim.profile, claim.phase, event), Violation)
+        return self.ledger.allows(self._claim(claim_id), event)
 
-    def _require(self, claim: ClaimRecord, event: Event) -> None:
-        if isinstance(next_phase(claim.profile, claim.phase, event), Violation):
+    def _require(self, claim: MicroClaim, event: Event) -> None:
+        if not self.ledger.allows(claim, event):
             raise InputError(
                 [
                     Problem(
@@ -435,7 +399,9 @@ class MicroRuntime:
             )
 
     def demote(self, claim_id: str, reason: str = "demoted by policy") -> None:
-        """Relax responsibility before loss: later loss is post-release, not harm."""
+        """Relax responsibility before loss: the claim steps to demoted, its pins and retention
+        are dropped (its blocks become evictable and stay named until lost), so later loss is
+        post-release, not harm. An illegal demotion is an `InputError` (nothing changes)."""
         claim = self._claim(claim_id)
         self._require(claim, Event.demote)
         self._emit("resident_claim_demoted", {"claim_id": claim_id, "reason": reason})
@@ -443,6 +409,8 @@ class MicroRuntime:
         self._end_protection(claim)
 
     def release(self, claim_id: str, reason: str = "released by owner") -> None:
+        """The owner ends the claim: it steps to released, its pins and retention are dropped
+        and it names no block any more. An illegal release is an `InputError`."""
         claim = self._claim(claim_id)
         self._require(claim, Event.release)
         self._emit("resident_claim_released", {"claim_id": claim_id, "reason": reason})
@@ -450,22 +418,21 @@ class MicroRuntime:
         self._end_protection(claim)
 
     def offload(self, claim_id: str, tier: str = "host") -> None:
-        """Copy the claim's prefix to the host tier and let its GPU blocks become evictable."""
+        """Copy the claim's prefix to the host tier (counted in `stats`) and let its GPU blocks
+        become evictable: the claim steps to offloaded and its pins are dropped; a later reuse
+        restores it first. An illegal offload is an `InputError`."""
         claim = self._claim(claim_id)
         self._require(claim, Event.offload)
         self._emit("resident_claim_offloaded", {"claim_id": claim_id, "tier": tier})
         self._advance(claim, Event.offload)
-        self.stats.host_offloaded_blocks += claim.leading
+        self.stats.host_offloaded_blocks += claim.leading_blocks
         self._end_protection(claim)
 
     def _expire_due(self) -> None:
-        while self._expiries and self._expiries[0][0] <= self.step:
-            _, _, claim_id = heapq.heappop(self._expiries)
-            claim = self.claims[claim_id]
-            if not isinstance(next_phase(claim.profile, claim.phase, Event.expire), Violation):
-                self._emit("resident_claim_expired", {"claim_id": claim_id, "reason": "duration ended"})
-                self._advance(claim, Event.expire)
-                self._end_protection(claim)
+        for claim in self.ledger.due(self.step):
+            self._emit("resident_claim_expired", {"claim_id": claim.claim_id, "reason": "duration ended"})
+            self._advance(claim, Event.expire)
+            self._end_protection(claim)
 
     # ------------------------------------------------------------------ blocks
 
@@ -477,7 +444,7 @@ class MicroRuntime:
         sink = self._sink
         for position in stored:
             block = blocks[position - start]
-            if claims and any(position < c.spec.footprint_blocks for c in claims):
+            if claims and any(position < c.footprint_blocks for c in claims):
                 self._store_claimed(claims, block, hashes[position], position)
             else:
                 self._seq += 1
@@ -490,11 +457,11 @@ class MicroRuntime:
                     }
                 )
 
-    def _store_claimed(self, claims: list[ClaimRecord], block: int, block_hash: str, position: int) -> None:
+    def _store_claimed(self, claims: list[MicroClaim], block: int, block_hash: str, position: int) -> None:
         tagged = [
             c
             for c in claims
-            if position < c.spec.footprint_blocks and c.phase in RESPONSIBLE and c.block_at[position] < 0
+            if position < c.footprint_blocks and c.phase in RESPONSIBLE and c.slots[position] is None
         ]
         if not tagged:
             self._emit("block_stored", {"block_id": block, "block_hash": block_hash})
@@ -519,7 +486,7 @@ class MicroRuntime:
         for block, block_hash, object_id, position in evicted:
             claims = claims_on.get(object_id)
             tagged = (
-                [c for c in claims if position < c.spec.footprint_blocks and c.block_at[position] == block]
+                [c for c in claims if position < c.footprint_blocks and c.slots[position] == block]
                 if claims
                 else None
             )
@@ -594,17 +561,16 @@ class MicroRuntime:
             return self._admit(record, hit_blocks, caching=self._caching(spec))
         return self._arbitrate(record, hit_blocks, room)
 
-    def _blocking(self, hit_blocks: Sequence[int]) -> tuple[list[ClaimRecord], int, int]:
-        """Claims pinning blocks, how many blocks they pin, and how many of those the request
-        shares (hits)."""
+    def _blocking(self, hit_blocks: Sequence[int]) -> tuple[list[MicroClaim], int, int]:
+        """Claims pinning blocks (in acceptance order), how many blocks they pin, and how many
+        of those the request shares (hits)."""
         shared = set(hit_blocks)
         pinned: set[int] = set()
-        blocking = []
-        for claim in self._pinning.values():
-            if claim.pinned:
-                blocking.append(claim)
-                pinned.update(claim.block_at[p] for p in claim.pinned)
-        blocking.sort(key=lambda c: c.accepted_seq)
+        blocking: list[MicroClaim] = []
+        for claim in self.ledger.protecting.values():
+            if claim.pinned:  # type: ignore[attr-defined]
+                blocking.append(claim)  # type: ignore[arg-type]
+                pinned.update(claim.slots[p] for p in claim.pinned)  # type: ignore[attr-defined]
         return blocking, len(pinned), len(pinned & shared)
 
     def _arbitrate(self, record: RequestRecord, hit_blocks: list[int], room: int) -> RequestOutcome:
@@ -641,7 +607,7 @@ class MicroRuntime:
         record: RequestRecord,
         hit_blocks: list[int],
         room: int,
-        blocking: list[ClaimRecord],
+        blocking: list[MicroClaim],
         proof: CapacityProof,
     ) -> RequestOutcome | None:
         spec = record.spec
@@ -652,7 +618,7 @@ class MicroRuntime:
             if record.deferrals >= self.policy.max_deferrals:
                 return None
             return self._conflict(record, "active_request_deferred", blocking, proof)
-        if action is ConflictAction.relax:
+        if action is ConflictAction.demote:
             chosen = self._enough(
                 [
                     c
@@ -697,27 +663,24 @@ class MicroRuntime:
         raise AssertionError(f"unhandled conflict action {action}")
 
     def _enough(
-        self, candidates: list[ClaimRecord], missing: int, hit_blocks: list[int]
-    ) -> list[ClaimRecord] | None:
+        self, candidates: list[MicroClaim], missing: int, hit_blocks: list[int]
+    ) -> list[MicroClaim] | None:
         """The oldest candidates whose unpinning frees at least `missing` blocks, or None."""
         shared = set(hit_blocks)
         refs, pins = self.pool.request_refs, self.pool.pin_refs
-        chosen, freed = [], 0
-        for claim in candidates:
-            if freed >= missing:
-                break
-            chosen.append(claim)
-            freed += sum(
-                1
-                for p in claim.pinned
-                if pins[claim.block_at[p]] == 1
-                and refs[claim.block_at[p]] == 0
-                and claim.block_at[p] not in shared
-            )
-        return chosen if freed >= missing and chosen else None
+
+        freed = 0
+
+        def enough(chosen: list[MicroClaim]) -> bool:
+            nonlocal freed  # each call adds one claim to the run: keep a running total
+            blocks = [chosen[-1].slots[p] for p in chosen[-1].pinned]
+            freed += sum(1 for b in blocks if pins[b] == 1 and refs[b] == 0 and b not in shared)
+            return freed >= missing
+
+        return fewest_oldest(candidates, enough)
 
     def _conflict(
-        self, record: RequestRecord, event: str, blocking: list[ClaimRecord], proof: CapacityProof
+        self, record: RequestRecord, event: str, blocking: list[MicroClaim], proof: CapacityProof
     ) -> RequestOutcome:
         """Emit a refusal or deferral with its blocking claims and capacity proof."""
         spec = record.spec
@@ -730,8 +693,7 @@ class MicroRuntime:
                 **self._proof_fields(proof),
             },
         )
-        for claim in blocking:
-            self._advance(claim, Event.block)
+        self.ledger.blame(blocking)
         if event == "active_request_deferred":
             self._advance_request(record, RequestEvent.defer)
             record.deferrals += 1
@@ -818,18 +780,18 @@ class MicroRuntime:
         else:
             self.stats.recomputed_blocks += count
 
-    def _reuse(self, record: RequestRecord, claim: ClaimRecord, caching: bool) -> bool:
+    def _reuse(self, record: RequestRecord, claim: MicroClaim, caching: bool) -> bool:
         """A request returns to a claim's object. Offloaded claims are restored first (restore
         before reuse); a failed restore ends in a claim-scoped refusal. False if refused."""
         spec = record.spec
-        covers = spec.blocks >= claim.required  # a shorter request never reads the whole predicate
+        covers = spec.blocks >= claim.required_blocks  # a shorter request never reads the whole predicate
         if claim.phase is Phase.offloaded and covers and not self._restore(record, claim):
             return False
         satisfied = (
             covers
             and not record.restore_failed
             and claim.phase in SATISFIABLE
-            and claim.leading >= claim.required
+            and claim.leading_blocks >= claim.required_blocks
             and (not claim.spec.two_key or (claim.phase is Phase.materialized and record.restored_checkpoint))
         )
         self._emit(
@@ -845,7 +807,7 @@ class MicroRuntime:
         self._advance_request(record, RequestEvent.reuse)
         return True
 
-    def _restore(self, record: RequestRecord, claim: ClaimRecord) -> bool:
+    def _restore(self, record: RequestRecord, claim: MicroClaim) -> bool:
         """Bring an offloaded claim back before reuse: KV blocks from the host tier and, for a
         two-key claim, the checkpoint through payload -> scratch -> live -> view."""
         spec, claim_id = record.spec, claim.spec.claim_id
@@ -883,18 +845,18 @@ class MicroRuntime:
         self._protect_present(claim)
         return True
 
-    def _protect_present(self, claim: ClaimRecord) -> None:
+    def _protect_present(self, claim: MicroClaim) -> None:
         """Re-pin a claim that is resident again (after a restore)."""
         if claim.protection is not Protection.pin:
             return
         for position in range(min(self.pin_limit(claim), claim.spec.footprint_blocks)):
-            block = claim.block_at[position]
-            if block >= 0 and position not in claim.pinned:
+            block = claim.slots[position]
+            if block is not None and position not in claim.pinned:
                 self.pool.pin(block)
                 claim.pinned.append(position)
 
     def _restoration_failed(
-        self, record: RequestRecord, claim: ClaimRecord, outcome: RestorationOutcome
+        self, record: RequestRecord, claim: MicroClaim, outcome: RestorationOutcome
     ) -> bool:
         """A claim-scoped failure outcome. A refusal outcome refuses the request naming exactly
         this claim; any other outcome ends the claim's responsibility and the request runs as
@@ -1007,11 +969,11 @@ class MicroRuntime:
         claim = self._claim(claim_id)
         block = -1
         if kind is FaultKind.invalid_kv_load:
-            present = [p for p, b in enumerate(claim.block_at) if b >= 0]
+            present = [p for p, _ in claim.held()]
             position = position if position is not None else (present[0] if present else None)
-            if position is None or position >= len(claim.block_at) or claim.block_at[position] < 0:
+            if position is None or position >= len(claim.slots) or claim.slots[position] is None:
                 raise self._bad_fault(kind, claim_id, "the claim has no cached block there")
-            block = claim.block_at[position]
+            block = claim.slots[position]
         elif kind is FaultKind.restore_failure and claim.phase is not Phase.offloaded:
             raise self._bad_fault(kind, claim_id, f"the claim is {claim.phase}, not offloaded")
         elif kind is FaultKind.checkpoint_in_place_mutation and claim.checkpoint is None:
@@ -1039,7 +1001,7 @@ class MicroRuntime:
         tagged = [
             c
             for c in self._claims_on.get(object_id or "", ())
-            if position < c.spec.footprint_blocks and c.block_at[position] == block
+            if position < c.footprint_blocks and c.slots[position] == block
         ]
         for claim in tagged:  # one fault, reported to every claim whose block it hits
             self._emit(
@@ -1065,7 +1027,4 @@ class MicroRuntime:
 
     def close(self) -> None:
         """Check that no claim still owes an event (a harm report or a failure outcome)."""
-        for claim in self.claims.values():
-            owed = at_end(claim.phase)
-            if owed is not None:
-                raise LifecycleBug(f"claim {claim.spec.claim_id}: {owed.message}")
+        self.ledger.close()

@@ -157,11 +157,30 @@ def _table(*rows: tuple[str, Event, Phase | None] | tuple[str, Event, Phase | No
             yield Transition(Phase(source), event, target, *guard)  # type: ignore[arg-type]
 
 
+RESPONSIBLE: frozenset[Phase] = frozenset(
+    {Phase.accepted, Phase.materialized, Phase.offloaded, Phase.restoring}
+)
+"""Phases in which the runtime answers for the claim's predicate (it tags and protects new
+blocks) and may still relax it."""
+SETTLED: frozenset[Phase] = frozenset({Phase.demoted, Phase.expired})
+"""Phases after responsibility ended but before release: the claim still names the blocks it
+holds (their later loss is post-release loss), but tags no new ones."""
+ENDED: frozenset[Phase] = SETTLED | {Phase.released}
+"""Phases after responsibility ended: later loss is post-release loss, not harm."""
+RETIRED: frozenset[Phase] = frozenset({Phase.released, Phase.harmed})
+"""Phases after which the claim names no block: its blocks are ordinary cache entries."""
+NOT_ACCEPTED: frozenset[Phase] = frozenset({Phase.absent, Phase.submitted, Phase.rejected})
+"""Phases of a claim that was never accepted: nothing but a decision may name it."""
+SATISFIABLE: frozenset[Phase] = ENDED | {Phase.materialized}
+"""Phases from which a reuse may report the predicate satisfied (if the blocks are there)."""
+
+
+def _names(phases: frozenset[Phase]) -> str:
+    return " ".join(sorted(phases))
+
+
 E, P, G = Event, Phase, Guard
-RESPONSIBLE = "accepted materialized offloaded restoring"
-"""Phases in which the runtime holds the claim's predicate and may still relax it."""
-SETTLED = "demoted expired released"
-"""Phases after responsibility ended: later loss is post-release loss."""
+_RESPONSIBLE, _ENDED = _names(RESPONSIBLE), _names(ENDED)
 
 TRANSITIONS: tuple[Transition, ...] = tuple(
     _table(
@@ -172,15 +191,15 @@ TRANSITIONS: tuple[Transition, ...] = tuple(
         # materialization: the predicate holds
         ("accepted materialized", E.materialize, P.materialized),
         # responsibility ends before loss: later loss is post-release, not harm
-        (RESPONSIBLE, E.demote, P.demoted),
-        (RESPONSIBLE, E.expire, P.expired),
-        (f"{RESPONSIBLE} demoted expired", E.release, P.released),
+        (_RESPONSIBLE, E.demote, P.demoted),
+        (_RESPONSIBLE, E.expire, P.expired),
+        (f"{_RESPONSIBLE} {_names(SETTLED)}", E.release, P.released),
         # loss below the predicate (derived from block events)
         ("materialized", E.predicate_broken, P.breached, G.preserving),
         ("materialized", E.predicate_broken, P.accepted, G.observational),
         # (materialized is not listed: its two guarded rows above cover every profile)
         (
-            f"accepted offloaded restoring {SETTLED} breached checkpoint_mismatch harmed",
+            f"accepted offloaded restoring {_ENDED} breached checkpoint_mismatch harmed",
             E.predicate_broken,
             None,
         ),
@@ -191,7 +210,7 @@ TRANSITIONS: tuple[Transition, ...] = tuple(
             G.preserving,
         ),
         ("accepted materialized", E.lose, P.accepted, G.observational),
-        (SETTLED, E.lose, None),
+        (_ENDED, E.lose, None),
         # offload and restore before reuse (seed 000 paths A and B)
         ("materialized", E.offload, P.offloaded, G.offloadable),
         ("offloaded restoring", E.require_restore, P.restoring),
@@ -204,13 +223,13 @@ TRANSITIONS: tuple[Transition, ...] = tuple(
         ("restoring checkpoint_mismatch", E.fail_restoration_expiry, P.expired),
         ("restoring checkpoint_mismatch", E.fail_restoration_harm, P.harmed, G.preserving),
         # requests that name the claim
-        (f"materialized {SETTLED}", E.reuse_satisfied, None),
+        (f"materialized {_ENDED}", E.reuse_satisfied, None),
         (
-            f"{RESPONSIBLE} {SETTLED} checkpoint_mismatch harmed",
+            f"{_RESPONSIBLE} {_ENDED} checkpoint_mismatch harmed",
             E.reuse_unsatisfied,
             None,
         ),
-        (f"{RESPONSIBLE} checkpoint_mismatch", E.block, None, G.preserving),
+        (f"{_RESPONSIBLE} checkpoint_mismatch", E.block, None, G.preserving),
     )
 )
 """The whole lifecycle, as data. Every (phase, event, profile) not matched is a violation."""
@@ -296,7 +315,6 @@ _OFFLOAD_PATH = frozenset(
     }
 )
 _CHECKPOINT = frozenset({Event.restore_checkpoint_match, Event.restore_checkpoint_mismatch})
-_NOT_ACCEPTED = frozenset({Phase.absent, Phase.submitted, Phase.rejected})
 
 
 def _why_illegal(profile: ClaimProfile, phase: Phase, event: Event) -> tuple[ConformanceRule, str]:
@@ -307,7 +325,7 @@ def _why_illegal(profile: ClaimProfile, phase: Phase, event: Event) -> tuple[Con
             rule.identity,
             f"{event} for a claim that is already {phase}: a claim id is decided once",
         )
-    if phase in _NOT_ACCEPTED:
+    if phase in NOT_ACCEPTED:
         return rule.identity, f"{event} names a claim that was never accepted (it is {phase})"
     if phase is Phase.breached:
         return rule.no_silent_harm, (

@@ -46,7 +46,7 @@ from kvclaims.spec.tables import DEVICE_CACHE_LEVELS
 from kvclaims.spec.trace import CAPACITY_PROOF_FIELDS, ConflictReason, RestorationOutcome
 from kvclaims.spec.vocabulary import ConformanceRule, ProtectionMode, TraceWitness
 from kvclaims.statemachine import lifecycle
-from kvclaims.statemachine.lifecycle import ALL_PROFILES, INITIAL, ClaimProfile, Event, Phase
+from kvclaims.statemachine.lifecycle import ALL_PROFILES, ENDED, INITIAL, RETIRED, ClaimProfile, Event, Phase
 from kvclaims.statemachine.requests import (
     REQUEST_INITIAL,
     RequestEvent,
@@ -183,8 +183,9 @@ RESIDENT: frozenset[Phase] = RESERVING - {Phase.accepted}
 """Phases in which a preserving claim's footprint occupies the device pool (it materialized):
 what must fit in the usable pool. An accepted claim that has not materialized occupies nothing
 yet, so a runtime may accept claims it will place by offloading others first."""
-_SETTLED = frozenset({Phase.demoted, Phase.expired, Phase.released})
-_RETIRED = frozenset({Phase.released, Phase.harmed, Phase.rejected})
+_SETTLED = ENDED
+_RETIRED = RETIRED | {Phase.rejected}
+"""Phases after which the model keeps only a claim's phase and profile (rejected claims too)."""
 _RETIRED_STATES: tuple[tuple[Phase, ClaimProfile], ...] = tuple(
     (phase, profile) for phase in sorted(_RETIRED) for profile in _PROFILES
 )

@@ -27,7 +27,6 @@ Semantics (DESIGN 2.1-2.2, 6):
 from __future__ import annotations
 
 import hashlib
-import heapq
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -66,9 +65,12 @@ from kvclaims.spec.trace import (
     _Event,
 )
 from kvclaims.spec.vocabulary import ClaimState, ProtectionMode
+from kvclaims.statemachine.ledger import ConflictAction, Loss, fewest_oldest, next_request_phase
+from kvclaims.statemachine.lifecycle import SATISFIABLE, SETTLED, Event, Phase
+from kvclaims.statemachine.requests import RequestEvent, RequestPhase
 from kvclaims.vllm_binding import shutdown
 from kvclaims.vllm_binding.capacity import CapacityProof, peak_live_blocks
-from kvclaims.vllm_binding.config import SUPPORTED_MODES, BindingConfig, ConflictAction
+from kvclaims.vllm_binding.config import SUPPORTED_MODES, BindingConfig
 from kvclaims.vllm_binding.metadata import (
     ClaimOp,
     ClaimRequest,
@@ -78,14 +80,8 @@ from kvclaims.vllm_binding.metadata import (
     parse_claim_metadata,
     shown,
 )
-from kvclaims.vllm_binding.registry import (
-    PINNED_MODES,
-    RESPONSIBLE_STATES,
-    SETTLED_STATES,
-    ClaimRecord,
-    ClaimRegistry,
-    agreement,
-)
+from kvclaims.vllm_binding.offload import ClaimOffload
+from kvclaims.vllm_binding.registry import PINNED_MODES, ClaimRecord, ClaimRegistry, agreement
 from kvclaims.vllm_binding.telemetry import EventSink, NullSink, TraceSink
 
 logger = logging.getLogger(__name__)
@@ -139,14 +135,21 @@ def layout_problem(scheduler: Any) -> str | None:
     return None
 
 
+_SETTLE_EVENT = {Event.demote: ResidentClaimDemoted, Event.expire: ResidentClaimExpired}
+
+
 @dataclass(eq=False, slots=True)
 class RequestBook:
-    """What the arbiter knows of one live request."""
+    """What the arbiter knows of one live request. `phase` moves only by the request
+    lifecycle's step (`kvclaims.statemachine.requests`)."""
 
     trace_id: str
     sourced: list[str] = field(default_factory=list)
     attached: str | None = None
-    phase: str = "waiting"  # waiting | deferred | admitted | refused
+    phase: RequestPhase = RequestPhase.absent
+    held_back: bool = False
+    """Deferred and held out of vLLM's waiting queue now. A deferral that ended leaves the
+    request queued again (its phase stays deferred until vLLM admits it)."""
     deferred_steps: int = 0
     last_conflict: tuple[Any, ...] | None = None
     live_blocks: int | None = None
@@ -160,6 +163,18 @@ class RequestBook:
     def feeds(self) -> list[str]:
         attached = [self.attached] if self.attached else []
         return list(dict.fromkeys([*self.sourced, *attached, *self.restores]))
+
+    @property
+    def queued(self) -> bool:
+        """In vLLM's waiting queue and not held back: never admitted, deferred or refused, or
+        queued again after a deferral ended."""
+        return self.phase is RequestPhase.absent or (
+            self.phase is RequestPhase.deferred and not self.held_back
+        )
+
+    def step(self, event: RequestEvent) -> None:
+        """Move `phase` by `event`; raises `IllegalTransition` if the request lifecycle forbids it."""
+        self.phase = next_request_phase(self.trace_id, self.phase, event)
 
 
 class ClaimArbiter:
@@ -179,6 +194,7 @@ class ClaimArbiter:
             max_claims=config.max_claims,
             max_decided_claim_ids=config.max_decided_claim_ids,
         )
+        self.ledger = self.registry.ledger
         self.step = 0
         self._books: dict[str, RequestBook] = {}
         self._claim_notes: dict[str, str] = {}
@@ -188,7 +204,6 @@ class ClaimArbiter:
         self._lifetimes: dict[str, int] = {}
         """The last lifetime of each request id that was reused (grows only with reuse)."""
         self._materializing: set[ClaimRecord] = set()
-        self._expiries: list[tuple[int, int, str]] = []
         self._deferred: set[str] = set()
         self._finished: list[tuple[str, str, str | None]] = []
         self._refusals: list[tuple[int, EngineCoreOutput]] = []
@@ -196,8 +211,6 @@ class ClaimArbiter:
         self._depth = 0
         self._pins_suspect = False
         self.sink: EventSink = self._open_sink()
-        from kvclaims.vllm_binding.offload import ClaimOffload
-
         self.offload: ClaimOffload | None = ClaimOffload.attach(self, scheduler)
         """The CPU-tier side (offload, restore, restoration failures); None without the
         binding's connector."""
@@ -231,6 +244,7 @@ class ClaimArbiter:
 
     @property
     def scheduler(self) -> Any:
+        """The vLLM scheduler this arbiter lives in."""
         return self._s
 
     def enter(self) -> None:
@@ -297,6 +311,9 @@ class ClaimArbiter:
     # -- add_request: claim operations -----------------------------------------------------
 
     def on_request_added(self, request: Request) -> None:
+        """vLLM accepted `request`: open its book and carry out its claim operation, if any
+        (submit: a claim accepted into the registry or rejected with a reason; attach: the
+        request feeds an existing claim; release / demote by the claim's owner)."""
         book = RequestBook(trace_id=self._lifetime_id(request.request_id))
         self._books[request.request_id] = book
         params = request.sampling_params
@@ -412,8 +429,8 @@ class ClaimArbiter:
         self._materializing.add(record)
         if record.offloadable and self.offload is not None:
             self.offload.hold(record)
-        if record.expires_at_step is not None:
-            heapq.heappush(self._expiries, (record.expires_at_step, len(self._expiries), record.claim_id))
+        if record.claim.duration_steps is not None:
+            self.ledger.expire_at(record, step=record.accepted_step + record.claim.duration_steps)
         self._emit(ResidentClaimAccepted, request_id=book.trace_id, **terms)
         book.claim_note = f"{NOTE_PREFIX}claim_accepted:{record.claim_id}"
 
@@ -447,7 +464,7 @@ class ClaimArbiter:
                 f"> {self.usable_blocks})"
             )
         for request_id, book in self._books.items():
-            if book.phase != "admitted":
+            if book.phase is not RequestPhase.admitted:
                 continue
             # Recomputed, not the figure from admission: claims it shared may be gone since.
             admitted = self._s.requests.get(request_id)
@@ -485,7 +502,7 @@ class ClaimArbiter:
             self._release(record, f"released by its owner (request {book.trace_id})")
             book.claim_note = f"{NOTE_PREFIX}claim_released:{record.claim_id}"
         elif record.responsible:
-            self._settle(record, ClaimState.demoted, f"demoted by its owner (request {book.trace_id})")
+            self._settle(record, Event.demote, f"demoted by its owner (request {book.trace_id})")
             book.claim_note = f"{NOTE_PREFIX}claim_demoted:{record.claim_id}"
         else:
             self._reject(op.claim_id, f"demote: the claim is already {record.state}", book, spend=False)
@@ -502,20 +519,23 @@ class ClaimArbiter:
         if record.offloadable and self.offload is not None:
             self.offload.release(record)
 
-    def _settle(self, record: ClaimRecord, state: ClaimState, reason: str) -> None:
-        """Demote or expire: responsibility ends before any loss; blocks stay watched."""
+    def _settle(self, record: ClaimRecord, event: Event, reason: str) -> None:
+        """Demote or expire (`event`): responsibility ends before any loss; blocks stay
+        watched, and a claim with none left is released."""
+        self.ledger.check(record, event)
         self._unpin_all(record)
-        record.state = state
+        self.ledger.advance(record, event)
         self._materializing.discard(record)
-        event = ResidentClaimDemoted if state is ClaimState.demoted else ResidentClaimExpired
-        self._emit(event, claim_id=record.claim_id, reason=reason)
+        self._emit(_SETTLE_EVENT[event], claim_id=record.claim_id, reason=reason)
         if not record.held_count:
-            self._release(record, "nothing left to watch after " + str(state))
+            self._release(record, f"nothing left to watch after {record.phase}")
 
     def _release(self, record: ClaimRecord, reason: str) -> None:
+        """Release: the claim's pins and host-copy hold go, it names no block and is retired."""
+        self.ledger.check(record, Event.release)
         self._unpin_all(record)
         record.drop_all()
-        record.state = ClaimState.released
+        self.ledger.advance(record, Event.release)
         self._materializing.discard(record)
         self.registry.retire(record)
         for request_id in record.feeders:
@@ -525,13 +545,9 @@ class ClaimArbiter:
         self._emit(ResidentClaimReleased, claim_id=record.claim_id, reason=reason)
 
     def _expire_due(self) -> None:
-        while self._expiries and self._expiries[0][0] <= self.step:
-            _, _, claim_id = heapq.heappop(self._expiries)
-            record = self.registry.claims.get(claim_id)
-            if record is not None and record.responsible:
-                self._settle(
-                    record, ClaimState.expired, f"duration of {record.claim.duration_steps} steps ended"
-                )
+        for record in self.ledger.due(self.step):
+            duration = record.claim.duration_steps  # type: ignore[attr-defined]
+            self._settle(record, Event.expire, f"duration of {duration} steps ended")  # type: ignore[arg-type]
 
     # -- materialization and loss ----------------------------------------------------------
 
@@ -565,8 +581,8 @@ class ClaimArbiter:
                 position=position,
             )
         leading = record.leading_blocks
-        if record.state is ClaimState.accepted and leading >= record.required_blocks:
-            record.state = ClaimState.materialized
+        if self.ledger.materializes(record):
+            self.ledger.advance(record, Event.materialize)
             self.registry.version += 1
             self._emit(ResidentClaimMaterialized, claim_id=record.claim_id, leading_blocks=leading)
         if leading >= len(record.slots):
@@ -608,8 +624,10 @@ class ClaimArbiter:
         self._check_record(record)
 
     def demote(self, record: ClaimRecord, reason: str) -> None:
-        """End a responsible claim's responsibility by demotion (reported before any loss)."""
-        self._settle(record, ClaimState.demoted, reason)
+        """End a responsible claim's responsibility by demotion (reported before any loss):
+        its pins and host-copy hold go, it steps to demoted (released at once if it holds no
+        block). An illegal demotion raises `IllegalTransition` before anything changes."""
+        self._settle(record, Event.demote, reason)
 
     def watch_materialization(self, record: ClaimRecord) -> None:
         """Hold the claim's blocks again as its feeders compute or load them."""
@@ -629,7 +647,7 @@ class ClaimArbiter:
         pinned = record.protected
         if pinned:
             self.registry.pins_changed()
-        if record.offloadable and record.state is ClaimState.materialized and self.offload is not None:
+        if record.offloadable and record.phase is Phase.materialized and self.offload is not None:
             leading_after = min(record.leading_blocks, min(position for position, _ in lost))
             if leading_after < record.required_blocks:
                 # Offloaded, not harmed, iff the host copy already holds the whole predicate;
@@ -647,11 +665,13 @@ class ClaimArbiter:
                 position=position,
             )
         leading = record.leading_blocks
-        if record.state is ClaimState.materialized and leading < record.required_blocks:
-            if record.preserving:
-                self._unpin_all(record)
+        if record.phase is Phase.materialized and leading < record.required_blocks:
+            # Before the model's verdict: a claim that will be harmed still counts as protected
+            # here (an observational claim pins nothing and holds no host copy: a no-op).
+            self._unpin_all(record)
+            if self.ledger.break_predicate(record) is Loss.harm:
                 record.drop_all()
-                record.state = ClaimState.harmed
+                self.ledger.advance(record, Event.harm)
                 self._materializing.discard(record)
                 self.registry.retire(record)
                 logger.warning(
@@ -664,12 +684,12 @@ class ClaimArbiter:
                     required_blocks=record.required_blocks,
                 )
             else:
-                record.state = ClaimState.accepted
+                self.ledger.advance(record, Event.lose)
                 self.registry.version += 1
                 self._materializing.add(record)
                 self._emit(ResidentClaimLost, claim_id=record.claim_id, leading_blocks=leading)
-        elif record.state in SETTLED_STATES and not record.held_count:
-            self._release(record, f"every block lost after the claim was {record.state}")
+        elif record.phase in SETTLED and not record.held_count:
+            self._release(record, f"every block lost after the claim was {record.phase}")
         elif record.responsible:
             self._materializing.add(record)
 
@@ -704,7 +724,7 @@ class ClaimArbiter:
             book = self._books.get(request.request_id)
             if book is None or request.is_finished():
                 continue
-            if book.checked_version == version and book.phase != "deferred":
+            if book.checked_version == version and not book.held_back:
                 admissible += 1  # decided before, nothing changed since
                 continue
             if request.request_id in self._deferred:
@@ -726,7 +746,7 @@ class ClaimArbiter:
 
     def _decide(self, request: Request, book: RequestBook) -> str:
         """The verdict for one waiting request: admit, defer, or the stop reason of a refusal."""
-        if book.checked_version == self.registry.version and book.phase != "deferred":
+        if book.checked_version == self.registry.version and not book.held_back:
             return "admit"
         peak = self._peak_blocks(request)
         overlap = self.registry.overlap(request.block_hashes, book.sourced)
@@ -759,20 +779,24 @@ class ClaimArbiter:
             blocking_claim_ids=[r.claim_id for r in blocking],
             **proof.fields(),
         )
-        # A request vLLM already admitted (now preempted) is deferred before it is refused:
-        # its lifecycle has no admitted -> refused step (only admitted -> deferred -> refused).
-        may_wait = may_wait or book.phase == "admitted"
-        if may_wait and book.deferred_steps < self.config.max_deferral_steps:
+        # A request vLLM already admitted (now preempted) is deferred before it is refused,
+        # even past max_deferral_steps: its lifecycle has no admitted -> refused step (only
+        # admitted -> deferred -> refused).
+        admitted = book.phase is RequestPhase.admitted
+        if admitted or (may_wait and book.deferred_steps < self.config.max_deferral_steps):
             book.deferred_steps += 1
             conflict = (tuple(fields["blocking_claim_ids"]), *proof.fields().values())
-            if book.phase != "deferred" or book.last_conflict != conflict:
+            if not book.held_back or book.last_conflict != conflict:
                 self._emit(ActiveRequestDeferred, **fields)
+                self.ledger.blame(blocking)
+                book.step(RequestEvent.defer)
                 book.last_conflict = conflict
-            book.phase = "deferred"
+            book.held_back = True
             self._deferred.add(request.request_id)
             return "defer"
         self._emit(ActiveRequestRefused, **fields)
-        book.phase = "refused"
+        self.ledger.blame(blocking)
+        book.step(RequestEvent.refuse_capacity)
         named = [r.claim_id for r in blocking[:_MAX_NAMED_IN_STOP_REASON]]
         more = len(blocking) - len(named)
         return f"{REFUSAL_STOP_PREFIX}:capacity:" + ",".join(named) + (f",+{more} more" if more else "")
@@ -785,24 +809,21 @@ class ClaimArbiter:
             (r for r in blocking if self.config.action_for(r.mode) is ConflictAction.demote),
             key=lambda r: r.accepted_step,
         )
-        chosen: list[ClaimRecord] = []
-        for record in candidates:
-            chosen.append(record)
-            freed = self.registry.freed_by(chosen) - credited
-            if proof.capacity_shortfall_blocks - len(freed) <= 0:
-                for victim in chosen:
-                    self._settle(
-                        victim,
-                        ClaimState.demoted,
-                        f"demoted to admit request {book.trace_id} "
-                        f"(shortfall {proof.capacity_shortfall_blocks} blocks)",
-                    )
-                return True
-        return False
+        shortfall = proof.capacity_shortfall_blocks
+        chosen = fewest_oldest(
+            candidates, lambda records: len(self.registry.freed_by(records) - credited) >= shortfall
+        )
+        for victim in chosen or ():
+            self._settle(
+                victim,
+                Event.demote,
+                f"demoted to admit request {book.trace_id} (shortfall {shortfall} blocks)",
+            )
+        return chosen is not None
 
     def _end_deferral(self, request_id: str, book: RequestBook) -> None:
-        if book.phase == "deferred":
-            book.phase = "waiting"
+        if book.held_back:
+            book.held_back = False
             self._deferred.discard(request_id)
 
     def refuse(self, request: Request, stop_reason: str) -> None:
@@ -850,7 +871,7 @@ class ClaimArbiter:
             if book is None:
                 continue
             request = self._s.requests[request_id]
-            if book.phase != "admitted":
+            if book.phase is not RequestPhase.admitted:
                 self.admit(request, book, hits.get(request_id, 0) // self.block_size)
             if book.attached is not None and request_id in hits:
                 self._report_reuse(request, book, hits[request_id] // self.block_size)
@@ -858,7 +879,13 @@ class ClaimArbiter:
             self.offload.after_schedule()
 
     def book_of(self, request_id: str) -> RequestBook | None:
+        """The live request's book (changes nothing)."""
         return self._books.get(request_id)
+
+    def trace_id(self, request_id: str) -> str:
+        """The trace id of a vLLM request id (its book's while it is live)."""
+        book = self._books.get(request_id)
+        return book.trace_id if book is not None else trace_request_id(request_id)
 
     def admit(self, request: Request, book: RequestBook, prefix_hit_blocks: int) -> None:
         """Report `request` admitted: vLLM gave it blocks (to compute or to load into)."""
@@ -866,7 +893,7 @@ class ClaimArbiter:
             overlap = self.registry.overlap(request.block_hashes, book.sourced)
             book.live_blocks = self._peak_blocks(request) - overlap.credited
         self._end_deferral(request.request_id, book)
-        book.phase = "admitted"
+        book.step(RequestEvent.admit)
         if self.sink.enabled:
             self._emit(
                 ActiveRequestAdmitted,
@@ -885,10 +912,8 @@ class ClaimArbiter:
         if record.responsible:
             self._advance(record, request)  # blocks it restored or shares are reported first
         shared = min(hit_blocks, agreement(request.block_hashes, record.hashes))
-        satisfied = shared >= record.required_blocks and record.state in (
-            ClaimState.materialized,
-            *SETTLED_STATES,
-        )
+        # (SATISFIABLE names released too; a released claim is no longer in the registry)
+        satisfied = shared >= record.required_blocks and record.phase in SATISFIABLE
         self._emit(
             RequestReused,
             request_id=book.trace_id,
@@ -896,6 +921,8 @@ class ClaimArbiter:
             cached_blocks=shared,
             predicate_satisfied=satisfied,
         )
+        self.ledger.advance(record, Event.reuse_satisfied if satisfied else Event.reuse_unsatisfied)
+        book.step(RequestEvent.reuse)
 
     # -- after a model step; finishing requests; resets -------------------------------------
 
@@ -906,6 +933,9 @@ class ClaimArbiter:
             self.offload.before_update(connector_output)
 
     def after_update(self, outputs: dict[int, EngineCoreOutputs]) -> None:
+        """A model step was applied: report blocks claims lost (watched ones), hold what the
+        feeders computed (claims may materialize), report finished requests, and hand vLLM
+        the outputs of requests refused since the last step."""
         self.check_blocks(pinned=False)
         self._advance_all()
         self._drain_finished()
@@ -946,10 +976,11 @@ class ClaimArbiter:
                 record.feeders.discard(request.request_id)
                 if not record.feeders:
                     self._materializing.discard(record)
-        if book.phase == "waiting":
-            # Never admitted, deferred or refused (e.g. aborted while queued): the request
-            # never entered the arbitrated lifecycle, so there is nothing to finish in it.
+        if book.queued:
+            # Aborted while queued and not held back: nothing to finish in the arbitrated
+            # lifecycle (never admitted, or its deferral had already ended).
             return
+        book.step(RequestEvent.finish)
         if self.sink.enabled:
             reason = request.get_finished_reason()
             status = str(reason) if reason is not None else request.status.name.lower()
@@ -971,7 +1002,7 @@ class ClaimArbiter:
         if not holders or not (reset_running_requests or self._only_pins_hold_blocks(holders)):
             return
         for record in holders:
-            self._settle(record, ClaimState.demoted, "prefix cache reset requested")
+            self._settle(record, Event.demote, "prefix cache reset requested")
 
     def _only_pins_hold_blocks(self, holders: list[ClaimRecord]) -> bool:
         pins: dict[int, int] = {}
@@ -992,9 +1023,11 @@ class ClaimArbiter:
         return pins
 
     def claim_states(self) -> dict[str, ClaimState]:
+        """claim id -> reported state of every claim the registry holds (changes nothing)."""
         return {claim_id: record.state for claim_id, record in self.registry.claims.items()}
 
     def deferred_request_ids(self) -> frozenset[str]:
+        """Requests held back by a deferral now (changes nothing)."""
         return frozenset(self._deferred)
 
 
@@ -1006,7 +1039,6 @@ def _vllm_version() -> str:
 
 __all__ = [
     "REFUSAL_STOP_PREFIX",
-    "RESPONSIBLE_STATES",
     "ClaimArbiter",
     "RequestBook",
     "layout_problem",

@@ -10,7 +10,6 @@ Client input (per-request claim metadata) is never read from here; see `metadata
 
 from __future__ import annotations
 
-from enum import StrEnum
 from pathlib import PurePath
 from typing import Annotated, Any, Literal
 
@@ -19,6 +18,7 @@ from pydantic import Field, StrictBool, ValidationError, model_validator
 from kvclaims.spec._types import Identifier, PositiveInt, SpecModel, StrictStr
 from kvclaims.spec.errors import InputError, Problem
 from kvclaims.spec.vocabulary import ProtectionMode
+from kvclaims.statemachine.ledger import ConflictAction
 
 ADDITIONAL_CONFIG_KEY = "kvclaims"
 """The key of `VllmConfig.additional_config` that holds a `BindingConfig`."""
@@ -29,19 +29,6 @@ DP_RANK_PLACEHOLDER = "{dp_rank}"
 SCHEDULER_CLS = "kvclaims.vllm_binding.ClaimScheduler"
 """The one value of `--scheduler-cls` / `scheduler_cls=` that enables the binding. It picks
 the async variant itself when vLLM runs with async scheduling."""
-
-
-class ConflictAction(StrEnum):
-    """What the feasibility check does with a waiting request that protected claims block.
-
-    `refuse` finishes it now with a claim-attributed stop reason; `defer` keeps it queued (in
-    its position) until the conflict resolves or `max_deferral_steps` pass, then refuses;
-    `demote` relaxes the blocking claims (demotable mode only) and admits the request.
-    """
-
-    refuse = "refuse"
-    defer = "defer"
-    demote = "demote"
 
 
 SUPPORTED_MODES: frozenset[ProtectionMode] = frozenset(
@@ -103,9 +90,14 @@ _DEFAULT_ACTIONS: dict[ProtectionMode, ConflictAction] = {
 
 _ALLOWED_ACTIONS: dict[ProtectionMode, frozenset[ConflictAction]] = {
     ProtectionMode.hard_protected: frozenset({ConflictAction.refuse, ConflictAction.defer}),
-    ProtectionMode.demotable: frozenset(ConflictAction),
+    ProtectionMode.demotable: frozenset({ConflictAction.refuse, ConflictAction.defer, ConflictAction.demote}),
     ProtectionMode.expiring: frozenset({ConflictAction.refuse, ConflictAction.defer}),
 }
+"""What the feasibility check may do per mode: `refuse` finishes the request now with a
+claim-attributed stop reason; `defer` keeps it queued (in its position) until the conflict
+resolves or `max_deferral_steps` pass, then refuses; `demote` relaxes the blocking claims
+(demotable mode only) and admits the request. The other `ConflictAction`s need resources one
+engine's scheduler does not have."""
 
 Fraction = Annotated[float, Field(gt=0.0, le=1.0, strict=True)]
 

@@ -47,8 +47,8 @@ from kvclaims.spec.trace import (
     ResidentClaimRestored,
     ResidentClaimRestoreRequired,
 )
-from kvclaims.spec.vocabulary import ClaimState
-from kvclaims.vllm_binding.arbiter import trace_request_id
+from kvclaims.statemachine.lifecycle import Event, Phase
+from kvclaims.statemachine.requests import RequestEvent, RequestPhase
 from kvclaims.vllm_binding.connector import ClaimOffloadingConnector, FailedLoad
 from kvclaims.vllm_binding.registry import ClaimRecord, agreement
 from kvclaims.vllm_binding.restoration import LoadJob, RestorationLedger
@@ -146,7 +146,7 @@ class ClaimOffload:
         """The device is about to lose the predicate: with a complete host copy, the claim is
         offloaded (reported now, before the removals); otherwise it is left to be harmed."""
         if self.host_copy_ready(record):
-            record.state = ClaimState.offloaded
+            self.arbiter.ledger.advance(record, Event.offload)
             self.arbiter.registry.version += 1
             self.arbiter.emit(ResidentClaimOffloaded, claim_id=record.claim_id, tier=TIER)
 
@@ -199,24 +199,27 @@ class ClaimOffload:
     # -- after schedule(): admissions and restore_required ---------------------------------
 
     def after_schedule(self) -> None:
+        """Loads vLLM scheduled this step: their requests are reported admitted, and each
+        offloaded claim a load restores steps to restoring (`restore_required`, once per claim
+        and request) and gains the request as a feeder."""
         arbiter = self.arbiter
         for job in self.ledger.take_new():
             request = arbiter.scheduler.requests.get(job.request_id)
             book = arbiter.book_of(job.request_id)
             if request is None or book is None:
                 continue
-            if book.phase != "admitted":
+            if book.phase is not RequestPhase.admitted:
                 arbiter.admit(request, book, prefix_hit_blocks=job.first_block)
             for claim_id in job.claim_ids:
                 record = arbiter.registry.claims.get(claim_id)
                 if record is None:
                     continue
                 arbiter.check_claim(record)  # a device loss not yet reported comes first
-                if record.state not in (ClaimState.offloaded, ClaimState.restoring):
+                if record.phase not in (Phase.offloaded, Phase.restoring):
                     continue
                 if not self.ledger.open_restoration(claim_id, job.request_id):
                     continue  # a retry of an open restoration
-                record.state = ClaimState.restoring
+                arbiter.ledger.advance(record, Event.require_restore)
                 record.feeders.add(job.request_id)
                 book.restores.append(claim_id)
                 arbiter.emit(ResidentClaimRestoreRequired, claim_id=claim_id, request_id=book.trace_id)
@@ -224,6 +227,9 @@ class ClaimOffload:
     # -- before update_from_output(): completed and failed loads ----------------------------
 
     def before_update(self, connector_output: Any) -> None:
+        """Workers' reports of a model step: a failed load ends in its claims' outcome (or a
+        retry); a load every worker completed restores its claims (restoring -> materialized);
+        a completed store reports the host copies it wrote."""
         received = time.monotonic_ns()
         meta = connector_output.kv_connector_worker_meta
         if meta is None:
@@ -245,10 +251,6 @@ class ClaimOffload:
             else:
                 self._load_succeeded(job_id)
 
-    def _trace_id(self, request_id: str) -> str:
-        book = self.arbiter.book_of(request_id)
-        return book.trace_id if book is not None else trace_request_id(request_id)
-
     def _load_succeeded(self, job_id: int) -> None:
         job, restored = self.ledger.succeeded(job_id)
         if job is None:
@@ -256,13 +258,13 @@ class ClaimOffload:
         registry = self.arbiter.registry
         for claim_id in restored:
             record = registry.claims.get(claim_id)
-            if record is None or record.state is not ClaimState.restoring:
+            if record is None or record.phase is not Phase.restoring:
                 continue
-            record.state = ClaimState.materialized
+            self.arbiter.ledger.advance(record, Event.restore)
             registry.version += 1
             self.arbiter.watch_materialization(record)
             self.arbiter.emit(
-                ResidentClaimRestored, claim_id=claim_id, request_id=self._trace_id(job.request_id)
+                ResidentClaimRestored, claim_id=claim_id, request_id=self.arbiter.trace_id(job.request_id)
             )
 
     def _load_failed(self, job_id: int, failure: FailedLoad, received_mono_ns: int) -> None:
@@ -275,7 +277,7 @@ class ClaimOffload:
         job, verdict = self.ledger.failed(job_id, cap)  # type: ignore[arg-type]
         if job is None:
             return
-        trace_id = self._trace_id(job.request_id)
+        trace_id = self.arbiter.trace_id(job.request_id)
         request = arbiter.scheduler.requests.get(job.request_id)
         live = request is not None and not request.is_finished()
         if control == "generic_counters":
@@ -319,7 +321,7 @@ class ClaimOffload:
         """The claim-scoped outcome, then the fail-closed refusal, before vLLM's handling (the
         two events first: bookkeeping that does not decide them waits until they are out)."""
         arbiter = self.arbiter
-        trace_id = self._trace_id(job.request_id)
+        trace_id = self.arbiter.trace_id(job.request_id)
         for claim_id in claims:
             arbiter.emit(
                 ResidentClaimRestorationFailed,
@@ -342,14 +344,15 @@ class ClaimOffload:
         registry = arbiter.registry
         for claim_id in claims:
             record = registry.claims.get(claim_id)
-            if record is not None and record.state is ClaimState.restoring:
+            if record is not None and record.phase is Phase.restoring:
                 if not any(c == claim_id for c, _ in self.ledger.open):
-                    record.state = ClaimState.offloaded  # outcome refusal: the claim stays offloaded
+                    # outcome refusal: the claim stays offloaded
+                    arbiter.ledger.advance(record, Event.fail_restoration_refusal)
                 registry.version += 1
         if request is not None:
             book = arbiter.book_of(job.request_id)
             if book is not None:
-                book.phase = "refused"
+                book.step(RequestEvent.refuse_restoration)
             arbiter.refuse(request, f"{RESTORATION_STOP_PREFIX}:{claims[-1]}")
 
     def _blame_from_counter(self, job: LoadJob, failure: FailedLoad, request: Any) -> None:
@@ -371,7 +374,7 @@ class ClaimOffload:
             blocking_claim_ids=[book.attached],
             mono_ns=time.monotonic_ns(),
         )
-        book.phase = "refused"
+        book.step(RequestEvent.refuse_restoration)
         arbiter.refuse(request, f"{RESTORATION_STOP_PREFIX}:{book.attached}")
 
     def request_finishing(self, request_id: str) -> None:
@@ -380,8 +383,10 @@ class ClaimOffload:
         for claim_id in self.ledger.close_request(request_id):
             record = self.arbiter.registry.claims.get(claim_id)
             still_restoring = any(c == claim_id for c, _ in self.ledger.open)
-            if record is not None and record.state is ClaimState.restoring and not still_restoring:
-                record.state = ClaimState.offloaded
+            if record is not None and record.phase is Phase.restoring and not still_restoring:
+                # The restoration ended with its request and no outcome: the claim is left
+                # where a refused restoration leaves it, offloaded.
+                self.arbiter.ledger.advance(record, Event.fail_restoration_refusal)
 
     # -- the CPU policy's guardian ------------------------------------------------------------
 
@@ -394,7 +399,7 @@ class ClaimOffload:
             (
                 r
                 for r in self.arbiter.registry.claims.values()
-                if r.offloadable and r.responsible and r.state is not ClaimState.restoring
+                if r.offloadable and r.responsible and r.phase is not Phase.restoring
             ),
             key=lambda r: r.accepted_step,
         )

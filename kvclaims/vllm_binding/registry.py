@@ -6,6 +6,9 @@ the arbiter asks: may this claim be accepted (ids, owner scope, budgets), how ma
 blocks are protected, which of a request's leading blocks are shared with protected claims
 (and which of those are guaranteed resident), and which claims block a request.
 
+Claims are kept in the registry's `ClaimLedger` (`kvclaims.statemachine.ledger`): their
+phases move only by the model's step, their positions and leading prefix are the ledger's.
+
 Invariants: a claim id is decided at most once (single-use ids); the protected-block index
 counts exactly the hashes of claims that are `protected` (a pinned mode, responsible),
 globally and per owner; `version` changes whenever that index or a protected
@@ -17,94 +20,64 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kvclaims.spec.claims import ResidentClaimInput
 from kvclaims.spec.tables import OFFLOAD_MODES, PRESERVING_MODES
 from kvclaims.spec.vocabulary import ClaimState, ProtectionMode
-
-RESPONSIBLE_STATES = frozenset(
-    {ClaimState.accepted, ClaimState.materialized, ClaimState.offloaded, ClaimState.restoring}
-)
-"""States in which the runtime still answers for the claim's predicate."""
+from kvclaims.statemachine.ledger import Claim, ClaimLedger
+from kvclaims.statemachine.lifecycle import ClaimProfile
 
 PINNED_MODES: frozenset[ProtectionMode] = PRESERVING_MODES - OFFLOAD_MODES
 """Modes whose blocks are pinned in device memory while responsible. An offloadable claim is
 preserving too, but its guarantee is "resident or restorable": its device blocks may go once
 its host copy is complete, so it is watched on the device and held in the CPU tier instead."""
 
-SETTLED_STATES = frozenset({ClaimState.demoted, ClaimState.expired})
-"""States after responsibility ended but before release: loss is post-release loss."""
 
+class ClaimRecord(Claim):
+    """One accepted claim: a ledger claim (`slots[i]`: the vLLM block it holds at position i,
+    pinned while the claim is protected, only watched otherwise, or None) plus its identity on
+    this engine: `hashes[i]` is the request-level hash of prefix block i, `keys[i]` the cache
+    key a block carries while it holds that prefix; `feeders` are the requests whose blocks it
+    may hold."""
 
-@dataclass(eq=False)
-class ClaimRecord:
-    """One accepted claim and the physical blocks it holds, position by position.
+    __slots__ = ("accepted_step", "claim", "feeders", "hashes", "keys", "source_request_id")
 
-    `hashes[i]` is the request-level hash of prefix block i, `keys[i]` the cache key a block
-    carries while it holds that prefix; `slots[i]` is the block the claim holds at position i
-    (pinned while the claim is protected, only watched otherwise), or None.
-    """
-
-    claim: ResidentClaimInput
-    hashes: tuple[Any, ...]
-    keys: tuple[Any, ...]
-    source_request_id: str
-    accepted_step: int
-    required_blocks: int
-    state: ClaimState = ClaimState.accepted
-    slots: list[Any] = field(default_factory=list)
-    feeders: set[str] = field(default_factory=set)
-    held_count: int = 0
-    """Positions holding a block; kept by `hold` / `drop` / `drop_all` (checked every step)."""
-    leading_blocks: int = 0
-    """Contiguous held positions from 0: the quantity the predicate is about (kept by `hold` /
-    `drop` / `drop_all`, read on every feasibility decision)."""
-
-    def __post_init__(self) -> None:
-        if not self.slots:
-            self.slots = [None] * len(self.hashes)
-        self.feeders.add(self.source_request_id)
-
-    def hold(self, position: int, block: Any) -> None:
-        self.slots[position] = block
-        self.held_count += 1
-        if position == self.leading_blocks:
-            leading = position + 1
-            while leading < len(self.slots) and self.slots[leading] is not None:
-                leading += 1
-            self.leading_blocks = leading
-
-    def drop(self, position: int) -> None:
-        self.slots[position] = None
-        self.held_count -= 1
-        self.leading_blocks = min(self.leading_blocks, position)
-
-    def drop_all(self) -> None:
-        self.slots = [None] * len(self.slots)
-        self.held_count = 0
-        self.leading_blocks = 0
-
-    @property
-    def claim_id(self) -> str:
-        return self.claim.claim_id
+    def __init__(
+        self,
+        *,
+        claim: ResidentClaimInput,
+        hashes: tuple[Any, ...],
+        keys: tuple[Any, ...],
+        source_request_id: str,
+        accepted_step: int,
+        required_blocks: int,
+    ) -> None:
+        mode = claim.protection_mode
+        super().__init__(
+            claim_id=claim.claim_id,
+            mode=mode,
+            footprint_blocks=len(hashes),
+            required_blocks=required_blocks,
+            profile=ClaimProfile.of(mode),
+        )
+        self.claim, self.hashes, self.keys = claim, hashes, keys
+        self.source_request_id, self.accepted_step = source_request_id, accepted_step
+        self.feeders = {source_request_id}
 
     @property
     def owner(self) -> str:
         return self.claim.owner_scope
 
     @property
-    def mode(self) -> ProtectionMode:
-        return self.claim.protection_mode
+    def state(self) -> ClaimState | None:
+        """The DESIGN 2.1 state the claim's phase reports as."""
+        return self.phase.claim_state
 
     @property
     def preserving(self) -> bool:
         return self.mode in PRESERVING_MODES
-
-    @property
-    def responsible(self) -> bool:
-        return self.state in RESPONSIBLE_STATES
 
     @property
     def offloadable(self) -> bool:
@@ -113,7 +86,7 @@ class ClaimRecord:
     @property
     def protected(self) -> bool:
         """Its blocks are pinned and count against the pool: a pinned mode, responsible."""
-        return self.mode in PINNED_MODES and self.responsible
+        return self.protects and self.responsible
 
     @property
     def expires_at_step(self) -> int | None:
@@ -191,7 +164,8 @@ class ClaimRegistry:
         self.owner_protected_cap = math.floor(owner_protected_fraction * usable_blocks)
         self.max_claims = max_claims
         self.max_decided_claim_ids = max_decided_claim_ids
-        self.claims: dict[str, ClaimRecord] = {}
+        self.ledger = ClaimLedger()
+        self.claims: dict[str, ClaimRecord] = self.ledger.claims  # type: ignore[assignment]
         self._decided: set[str] = set()
         self._protected: Counter[Any] = Counter()
         self._owner_protected: dict[str, Counter[Any]] = {}
@@ -201,6 +175,7 @@ class ClaimRegistry:
     # -- identity and budgets -------------------------------------------------------------
 
     def is_decided(self, claim_id: str) -> bool:
+        """Whether `claim_id` was already spent (changes nothing)."""
         return claim_id in self._decided
 
     def decide(self, claim_id: str) -> None:
@@ -239,8 +214,11 @@ class ClaimRegistry:
     # -- membership -----------------------------------------------------------------------
 
     def add(self, record: ClaimRecord) -> None:
+        """Spend the record's id and enter it into the ledger, submitted then accepted (a
+        pinned mode protects); a protected claim's hashes join the protected index."""
         self.decide(record.claim_id)
-        self.claims[record.claim_id] = record
+        self.ledger.submit(record)
+        self.ledger.accept(record, protects=record.mode in PINNED_MODES)
         if record.hashes:
             self._by_first_hash.setdefault(record.hashes[0], []).append(record)
         if record.protected:
@@ -249,7 +227,7 @@ class ClaimRegistry:
     def retire(self, record: ClaimRecord) -> None:
         """Forget a released or harmed claim (its id stays spent)."""
         self.unprotect(record)
-        self.claims.pop(record.claim_id, None)
+        self.ledger.forget(record)
         siblings = self._by_first_hash.get(record.hashes[0], [])
         if record in siblings:
             siblings.remove(record)
@@ -284,10 +262,12 @@ class ClaimRegistry:
         return len(self._protected)
 
     def owner_protected_blocks(self, owner: str) -> int:
+        """Distinct blocks `owner`'s protected claims reserve (changes nothing)."""
         return len(self._owner_protected.get(owner, ()))
 
     def protected(self) -> Iterator[ClaimRecord]:
-        return (r for r in self.claims.values() if r.protected)
+        """Protected claims, in acceptance order."""
+        return iter(self.ledger.protecting.values())  # type: ignore[arg-type]
 
     def on_chain(self, first_hash: Any) -> list[ClaimRecord]:
         """Claims whose prefix starts with the block hashed `first_hash` (the only ones a

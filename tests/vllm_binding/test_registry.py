@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from kvclaims.spec.claims import CacheIdentity, ResidentClaimInput
-from kvclaims.spec.vocabulary import ClaimState
+from kvclaims.statemachine.lifecycle import Event
 from kvclaims.vllm_binding.registry import ClaimRecord, ClaimRegistry, agreement
 
 IDENTITY = CacheIdentity(
@@ -59,10 +59,10 @@ def test_protected_blocks_are_distinct_blocks() -> None:
     reg.add(record("b", prefix("p", 15)))  # shares its first 10 blocks with a
     assert reg.protected_blocks == 15
     reg.unprotect(reg.claims["a"])
-    reg.claims["a"].state = ClaimState.demoted
+    reg.ledger.advance(reg.claims["a"], Event.demote)
     assert reg.protected_blocks == 15
     reg.unprotect(reg.claims["b"])
-    reg.claims["b"].state = ClaimState.demoted
+    reg.ledger.advance(reg.claims["b"], Event.demote)
     assert reg.protected_blocks == 0
 
 
@@ -176,7 +176,7 @@ class RegistryIndexes(RuleBasedStateMachine):
     def settle(self, data: st.DataObject, retire: bool) -> None:
         rec = data.draw(st.sampled_from([r for r in self.reg.claims.values() if r.protected]))
         self.reg.unprotect(rec)
-        rec.state = ClaimState.released if retire else ClaimState.demoted
+        self.reg.ledger.advance(rec, Event.release if retire else Event.demote)
         if retire:
             self.reg.retire(rec)
 
@@ -195,5 +195,5 @@ class RegistryIndexes(RuleBasedStateMachine):
 
 TestRegistryIndexes = RegistryIndexes.TestCase
 TestRegistryIndexes.settings = settings(
-    max_examples=60, stateful_step_count=25, derandomize=True, database=None
+    max_examples=60, stateful_step_count=25, derandomize=True, database=None, deadline=None
 )
