@@ -198,6 +198,18 @@ def test_a_removal_must_name_the_content_the_block_holds() -> None:
     assert_twins(build, R.block_identity)
 
 
+def test_a_released_claims_blocks_stay_inside_its_footprint() -> None:
+    """Naming a block outside a claim's footprint is an identity error after its release too
+    (the long mutation profile found the retired claim's footprint forgotten)."""
+
+    def build(bad: bool) -> TraceBuilder:
+        trace = TraceBuilder(usable_blocks=16).accept("C", blocks=4).claim_event("released", "C")
+        position = 5 if bad else 3
+        return trace.add("block_stored", block_id=9, block_hash="h9", claim_id="C", position=position)
+
+    assert_twins(build, R.identity)
+
+
 # --- 4. harm visible from blocks -----------------------------------------------------------
 
 
