@@ -747,6 +747,7 @@ class Oracle:
             raise Violation(LIFECYCLE, "loss reported while its own numbers hold the predicate")
         if claim.tracked and leading != claim.leading():
             raise Violation(LIFECYCLE, "loss reports another leading_blocks than its blocks show")
+        claim.assumed = min(claim.assumed, leading)  # C5: a reported prefix is gone past the loss
         if claim.phase in RESERVING:
             claim.phase = "accepted"
 

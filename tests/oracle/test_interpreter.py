@@ -115,6 +115,17 @@ def test_class_1_only_protected_blocks_count_against_an_admission() -> None:
     assert judge(ndjson(claim, first, second, admit, usable=4)).rule == "capacity_arithmetic"
 
 
+def test_class_4_a_loss_ends_the_prefix_a_report_let_the_oracle_assume() -> None:
+    """C5: after `lost` the reported (assumed) prefix is gone, so a new report of two blocks
+    needs both blocks stored again (the length-6 comparison found the prefix kept)."""
+    first = {"event": "block_stored", "block_id": 0, "block_hash": "h0", "claim_id": "A", "position": 0}
+    second = {**first, "block_id": 1, "block_hash": "h1", "position": 1}
+    lost = {"event": "resident_claim_lost", "claim_id": "A", "leading_blocks": 0}
+    history = (accepted("A", "best_effort", 2, 2), materialized("A", 2), lost, first, materialized("A", 2))
+    assert judge(ndjson(*history)).rule == "lifecycle"
+    assert judge(ndjson(*history, second)).outcome == ACCEPTED
+
+
 def test_class_3_new_content_in_a_held_block_breaks_every_holder() -> None:
     stored = {"event": "block_stored", "block_id": 7, "block_hash": "h", "claim_id": "A", "position": 0}
     shared = {**stored, "claim_id": "B"}
