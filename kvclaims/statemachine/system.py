@@ -678,8 +678,7 @@ class SystemState:
     def _lost(self, ev: Any) -> None:
         claim = self._claim(ev.claim_id)
         responsible = claim.phase in RESPONSIBLE
-        if responsible:
-            self._agree_with_blocks(claim, ev.leading_blocks, "loss")
+        self._agree_with_blocks(claim, ev.leading_blocks, "loss")  # demoted or expired too (class 7)
         self._advance(claim, Event.lose)
         if responsible and claim.required is not None and ev.leading_blocks >= claim.required:
             self._claim_fail(

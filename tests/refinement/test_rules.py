@@ -334,6 +334,17 @@ def test_a_harm_report_quotes_the_prefix_the_blocks_show() -> None:
     assert_twins(build, R.no_silent_harm)
 
 
+def test_a_loss_after_demotion_agrees_with_the_blocks_stored_since() -> None:
+    """The claim's blocks show one leading block after its demotion: a loss must report 1."""
+
+    def build(bad: bool) -> TraceBuilder:
+        trace = TraceBuilder(usable_blocks=16).accept("C", mode="best_effort", blocks=2)
+        trace.claim_event("demoted", "C").store_prefix("C", 1)
+        return trace.claim_event("lost", "C", leading_blocks=0 if bad else 1)
+
+    assert_twins(build, R.no_silent_harm)
+
+
 # --- 10-12. offload of hard claims, deferral and release during a restore -----------------
 
 
