@@ -16,8 +16,10 @@ C1  Pool reservation (issue 12 class 1, seed 001 s. 3.4). A claim *reserves* the
     it holds while it is preserving and in `accepted` or `materialized` (an offloaded or
     restoring claim's blocks are in another tier; seed 001's protected term is the materialized
     60 blocks, not a promise). Blocks are counted once however many claims share them. At every
-    `active_request_admitted`, reserved + the live blocks of every admitted, unfinished request
-    must be <= usable_blocks. A request's live blocks count from its admission until
+    `active_request_admitted`, the blocks of the reserving claims that held their predicate (the
+    protected ones: blocks stored toward a predicate not yet shown are ordinary cache, evictable
+    with no harm owed) + the live blocks of every admitted, unfinished request must be
+    <= usable_blocks. A request's live blocks count from its admission until
     `request_finished` (a refusal or deferral does not free them; a re-admission replaces them).
 C2  Capacity proofs are checked against that state: every blocking claim reserves now; the
     device blocks the blocking claims hold <= protected_resident_blocks <= the footprints of all
@@ -681,7 +683,8 @@ class Oracle:
         if claim.leading() < leading:
             if claim.tracked:  # C5: its own blocks must confirm it before its next event
                 claim.unconfirmed = leading
-            claim.assumed, claim.gone = leading, set()  # no allocation sized by the number
+            else:  # C5: assumed only without block events (else any store would confirm it)
+                claim.assumed, claim.gone = leading, set()  # no allocation sized by the number
         claim.phase = "materialized"
         claim.held = True
 
@@ -744,6 +747,7 @@ class Oracle:
             raise Violation(LIFECYCLE, "loss reported while its own numbers hold the predicate")
         if claim.tracked and leading != claim.leading():
             raise Violation(LIFECYCLE, "loss reports another leading_blocks than its blocks show")
+        claim.assumed = min(claim.assumed, leading)  # C5: a reported prefix is gone past the loss
         if claim.phase in RESERVING:
             claim.phase = "accepted"
 
@@ -859,7 +863,7 @@ class Oracle:
             request = self.requests[request_id] = Request("admitted")
         request.phase = "admitted"
         request.live = event["active_live_blocks"]
-        reserved = self._held(self._reserving())
+        reserved = self._held([c for c in self._reserving() if c.held])  # C1: protected blocks
         if self.pool is None:
             if reserved:
                 self._undecidable("an admission beside reserved claims in a pool of unknown size")

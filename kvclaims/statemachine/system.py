@@ -192,7 +192,9 @@ _RETIRED_STATES: tuple[tuple[Phase, ClaimProfile], ...] = tuple(
 _RETIRED_BASE: Mapping[Phase, int] = MappingProxyType(
     {phase: index * len(_PROFILES) for index, phase in enumerate(sorted(_RETIRED))}
 )
-"""A retired claim is kept as one small integer: its phase's base plus its profile's rank."""
+_RETIRED_KINDS = len(_RETIRED_STATES)
+"""A retired claim is kept as one integer: its footprint times `_RETIRED_KINDS`, plus its
+phase's base plus its profile's rank (a block event may name it later, within its footprint)."""
 _MAX_WITNESS_CLAIMS = 64
 _NS_PER_MS = 1_000_000
 
@@ -428,7 +430,8 @@ class SystemState:
         if code is None:
             return None
         view = ClaimRecord(claim_id)
-        view.phase, view.profile = _RETIRED_STATES[code]
+        view.phase, view.profile = _RETIRED_STATES[code % _RETIRED_KINDS]
+        view.footprint = code // _RETIRED_KINDS
         view.table = LIFECYCLE_TABLES[view.profile]
         view.rank = _RANK[view.profile]
         return view
@@ -465,7 +468,9 @@ class SystemState:
                 self.prefix_positions -= len(claim.present)
             claim.present = None  # its blocks are no longer tracked
             del self.claims[claim.claim_id]
-            self.retired[claim.claim_id] = _RETIRED_BASE[result] + claim.rank  # type: ignore[index]
+            self.retired[claim.claim_id] = (
+                claim.footprint * _RETIRED_KINDS + _RETIRED_BASE[result] + claim.rank  # type: ignore[index]
+            )
 
     def _unconfirmed(self, claim: ClaimRecord) -> None:
         reported, at = claim.unconfirmed  # type: ignore[misc]
@@ -674,8 +679,7 @@ class SystemState:
     def _lost(self, ev: Any) -> None:
         claim = self._claim(ev.claim_id)
         responsible = claim.phase in RESPONSIBLE
-        if responsible:
-            self._agree_with_blocks(claim, ev.leading_blocks, "loss")
+        self._agree_with_blocks(claim, ev.leading_blocks, "loss")  # demoted or expired too (class 7)
         self._advance(claim, Event.lose)
         if responsible and claim.required is not None and ev.leading_blocks >= claim.required:
             self._claim_fail(
@@ -1235,9 +1239,10 @@ class SystemState:
                 ids=(claim_id,),
             )
         assert claim is not None
-        # A retired claim keeps only its phase and profile: its blocks may still be named
-        # (post-release loss is legal, seed 001 table 4) but its footprint is no longer known.
-        if ev.position is not None and claim.phase not in _RETIRED and ev.position >= claim.footprint:
+        # A retired claim keeps its phase, profile and footprint: its blocks may still be named
+        # (post-release loss is legal, seed 001 table 4), within its footprint (if terms were known).
+        known_footprint = claim.footprint or claim.phase not in _RETIRED
+        if ev.position is not None and known_footprint and ev.position >= claim.footprint:
             self._claim_fail(
                 claim,
                 R.identity,
@@ -1722,7 +1727,7 @@ def witnesses(state: SystemState) -> tuple[tuple[TraceWitness, tuple[int, ...], 
 def retired_phase(state: SystemState, claim_id: str) -> Phase | None:
     """The phase of a claim that left the live set (released, harmed, rejected), else None."""
     code = state.retired.get(claim_id)
-    return None if code is None else _RETIRED_STATES[code][0]
+    return None if code is None else _RETIRED_STATES[code % _RETIRED_KINDS][0]
 
 
 def claims_seen(state: SystemState) -> int:

@@ -22,15 +22,6 @@ from kvclaims.refinement.sources import detect, open_source
 EXPECTATIONS = yaml.safe_load(
     (Path(__file__).parents[1] / "refinement" / "data" / "corpus_expectations.yaml").read_text()
 )
-DEVIATIONS = {
-    "kv-residency-vllm-arbiter/artifacts/live_scheduler/telemetry.jsonl": (
-        "rejected",
-        "the seed record states usable_blocks 0 (a placeholder: free_blocks_before_allocate is 22949) "
-        "and the blockpool abstraction passes it on as the pool, so the oracle's occupancy rule "
-        "(issue 12 class 1) sees 30 live blocks admitted into a 0-block pool. The abstraction should "
-        "map the placeholder to null; the rewritten checker's occupancy rule will hit the same.",
-    ),
-}
 CORPUS = default_corpus()
 
 
@@ -87,6 +78,5 @@ def as_trace_v1(path: Path) -> bytes:
 
 @pytest.mark.parametrize("trace", _traces(), ids=lambda t: t.path.removeprefix("artifacts/"))
 def test_oracle_outcome_on_the_corpus(trace: Any) -> None:
-    expected, _ = DEVIATIONS.get(trace.key, (EXPECTATIONS[trace.key]["outcome"], ""))
     verdict = judge(as_trace_v1(trace.file))
-    assert verdict.outcome == expected, verdict
+    assert verdict.outcome == EXPECTATIONS[trace.key]["outcome"], verdict

@@ -11,7 +11,7 @@ from kvclaims.oracle.exhaustive import HEADER, explore, refinement_checker
 from kvclaims.oracle.interpreter import judge
 
 CI_LENGTH = 4
-CI_STATES = 658
+CI_STATES = 655
 CI_TRACES = 5626
 
 

@@ -93,6 +93,39 @@ def test_class_2_expiry_before_the_promised_duration_is_rejected() -> None:
     assert judge(ndjson(claim, no_clock)).outcome == INCONCLUSIVE
 
 
+def test_class_4_a_materialized_report_is_confirmed_only_by_the_blocks_it_lacked() -> None:
+    """C5: re-storing the one block the claim's events showed does not confirm a report of two
+    (it once did: the report was also assumed, so any block event "confirmed" it); storing the
+    missing second block does."""
+    first = {"event": "block_stored", "block_id": 0, "block_hash": "h0", "claim_id": "A", "position": 0}
+    second = {**first, "block_id": 1, "block_hash": "h1", "position": 1}
+    reported = (accepted("A", "best_effort", 2, 2), first, materialized("A", 2))
+    assert judge(ndjson(*reported, first)).rule == "lifecycle"
+    assert judge(ndjson(*reported, second)).outcome == ACCEPTED
+
+
+def test_class_1_only_protected_blocks_count_against_an_admission() -> None:
+    """C1: a block stored toward a predicate not yet shown is evictable cache; once the claim
+    holds its predicate its blocks are protected and count against the pool."""
+    first = {"event": "block_stored", "block_id": 0, "block_hash": "h0", "claim_id": "A", "position": 0}
+    second = {**first, "block_id": 1, "block_hash": "h1", "position": 1}
+    admit = {"event": "active_request_admitted", "request_id": "r1", "active_live_blocks": 3}
+    claim = accepted("A", "hard_protected", 2, 2)
+    assert judge(ndjson(claim, first, admit, usable=4)).outcome == ACCEPTED
+    assert judge(ndjson(claim, first, second, admit, usable=4)).rule == "capacity_arithmetic"
+
+
+def test_class_4_a_loss_ends_the_prefix_a_report_let_the_oracle_assume() -> None:
+    """C5: after `lost` the reported (assumed) prefix is gone, so a new report of two blocks
+    needs both blocks stored again (the length-6 comparison found the prefix kept)."""
+    first = {"event": "block_stored", "block_id": 0, "block_hash": "h0", "claim_id": "A", "position": 0}
+    second = {**first, "block_id": 1, "block_hash": "h1", "position": 1}
+    lost = {"event": "resident_claim_lost", "claim_id": "A", "leading_blocks": 0}
+    history = (accepted("A", "best_effort", 2, 2), materialized("A", 2), lost, first, materialized("A", 2))
+    assert judge(ndjson(*history)).rule == "lifecycle"
+    assert judge(ndjson(*history, second)).outcome == ACCEPTED
+
+
 def test_class_3_new_content_in_a_held_block_breaks_every_holder() -> None:
     stored = {"event": "block_stored", "block_id": 7, "block_hash": "h", "claim_id": "A", "position": 0}
     shared = {**stored, "claim_id": "B"}

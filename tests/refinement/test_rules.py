@@ -198,6 +198,18 @@ def test_a_removal_must_name_the_content_the_block_holds() -> None:
     assert_twins(build, R.block_identity)
 
 
+def test_a_released_claims_blocks_stay_inside_its_footprint() -> None:
+    """Naming a block outside a claim's footprint is an identity error after its release too
+    (the long mutation profile found the retired claim's footprint forgotten)."""
+
+    def build(bad: bool) -> TraceBuilder:
+        trace = TraceBuilder(usable_blocks=16).accept("C", blocks=4).claim_event("released", "C")
+        position = 5 if bad else 3
+        return trace.add("block_stored", block_id=9, block_hash="h9", claim_id="C", position=position)
+
+    assert_twins(build, R.identity)
+
+
 # --- 4. harm visible from blocks -----------------------------------------------------------
 
 
@@ -318,6 +330,17 @@ def test_a_harm_report_quotes_the_prefix_the_blocks_show() -> None:
     def build(bad: bool) -> TraceBuilder:
         trace = materialized(TraceBuilder(usable_blocks=80)).remove_block("C", 2, named=False)
         return trace.claim_event("harmed", "C", leading_blocks=0 if bad else 2, required_blocks=4)
+
+    assert_twins(build, R.no_silent_harm)
+
+
+def test_a_loss_after_demotion_agrees_with_the_blocks_stored_since() -> None:
+    """The claim's blocks show one leading block after its demotion: a loss must report 1."""
+
+    def build(bad: bool) -> TraceBuilder:
+        trace = TraceBuilder(usable_blocks=16).accept("C", mode="best_effort", blocks=2)
+        trace.claim_event("demoted", "C").store_prefix("C", 1)
+        return trace.claim_event("lost", "C", leading_blocks=0 if bad else 1)
 
     assert_twins(build, R.no_silent_harm)
 
