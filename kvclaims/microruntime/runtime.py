@@ -306,7 +306,12 @@ class MicroRuntime:
     def _tag(self, claim: MicroClaim, position: int, block: int) -> None:
         """`block` now holds the claim's `position`: protect it as the policy says."""
         claim.hold(position, block)
-        if claim.phase not in RESPONSIBLE or position >= self.pin_limit(claim):
+        # an offloaded claim is responsible but reserves no device block until its restore
+        if (
+            claim.phase not in RESPONSIBLE
+            or claim.phase is Phase.offloaded
+            or position >= self.pin_limit(claim)
+        ):
             return
         if claim.protection is Protection.pin:
             self.pool.pin(block)
