@@ -3,7 +3,7 @@ from one empty folder as a newcomer would run them (files the README writes with
 `cat > FILE <<'EOF'` are written, its `sed` and `pytest` lines run), without writing into the
 checkout, and the output the README shows is the output they print.
 
-Not run here, only parsed: `vllm serve` and `curl` (a server), the engine lane and
+Not run here, only parsed: `kvclaims serve`, `kvclaims watch` and `curl` (a server), the engine lane and
 `vllm repeat` (minutes of vLLM; `tests/vllm_binding` runs them), and the scheduler lane when
 vLLM is not installed."""
 
@@ -25,8 +25,9 @@ from kvclaims.cli import cli
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 README = (REPOSITORY / "README.md").read_text()
-SLOW = ("--lane engine", "vllm repeat", "kvclaims demo")
-"""Tour lines that run for minutes: parsed, not run here."""
+SLOW = ("--lane engine", "vllm repeat", "kvclaims demo", "kvclaims serve", "kvclaims watch")
+"""Tour lines that run for minutes or until stopped (a server, and the watch that follows its
+live trace): parsed, not run here (tests/vllm_binding/test_server.py runs both)."""
 SHELL = ("sed",)
 """Non-kvclaims lines of the tour that run as written (in bash)."""
 HEREDOC = re.compile(r"^cat (>>?) (\S+) <<'EOF'$")
