@@ -90,7 +90,7 @@ lint: setup
 # Regenerate every committed generated file (CI fails when they drift).
 reports: setup
 	$(VENV)/bin/kvclaims schema --out schemas --docs docs
-	$(VENV)/bin/kvclaims matrix descriptors -o reports
+	$(VENV)/bin/kvclaims matrix descriptors -o reports || test $$? -eq 1  # exit 1: a row is not sound, as expected
 	$(VENV)/bin/kvclaims prove --out proofs
 
 clean:

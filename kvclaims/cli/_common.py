@@ -113,6 +113,13 @@ def print_problems(problems: Iterable[Problem]) -> None:
         console.print(f"[bold red]error:[/] {escape(problem.render())}")
 
 
+def note_skipped_descriptor(path: Path) -> None:
+    """`load_descriptors`' `on_skip` for the commands: one note on stderr naming the file."""
+    from kvclaims.spec.descriptor import NOT_A_DESCRIPTOR
+
+    stderr_console().print(f"note: {escape(str(path))}: {NOT_A_DESCRIPTOR}")
+
+
 def print_json(value: dict[str, Any]) -> None:
     """One JSON object on one line (a record of a JSON-lines stream)."""
     sys.stdout.write(json.dumps(value, sort_keys=False) + "\n")

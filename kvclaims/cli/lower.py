@@ -21,7 +21,14 @@ from pathlib import Path
 import click
 
 from kvclaims.bundled import DESCRIPTORS
-from kvclaims.cli._common import Exit, json_option, print_json_lines, print_table, runs
+from kvclaims.cli._common import (
+    Exit,
+    json_option,
+    note_skipped_descriptor,
+    print_json_lines,
+    print_table,
+    runs,
+)
 from kvclaims.spec.errors import InputError
 from kvclaims.spec.tables import OBLIGATION_CODES
 from kvclaims.spec.vocabulary import AdapterDepth, ProtectionMode
@@ -61,7 +68,7 @@ def _judge(args: argparse.Namespace, files: list[str]) -> int:
     depths = {AdapterDepth(d) for d in args.depth} if args.depth else None
     verdicts = [
         lower_row(descriptor, row)
-        for _, descriptor in load_descriptors(files)
+        for _, descriptor in load_descriptors(files, on_skip=note_skipped_descriptor)
         for row in descriptor.rows()
         if (modes is None or row.mode in modes) and (depths is None or row.depth in depths)
     ]

@@ -2,8 +2,9 @@
 and a heatmap PNG.
 
 Writes `lowering-matrix.md`, `lowering-matrix.json` and `lowering-matrix.png` into OUT,
-regenerated from the descriptors in DIR. `--check` compares the Markdown and JSON against OUT
-instead of writing (exit 1 on drift).
+regenerated from the descriptors in DIR. Exit as `kvclaims lower` on the same descriptors: 0
+when every judged row is sound, 1 when one is not, 2 on invalid input. `--check` compares the
+Markdown and JSON against OUT instead of writing and answers only that: exit 1 on drift, else 0.
 """
 
 from __future__ import annotations
@@ -15,7 +16,16 @@ from pathlib import Path
 import click
 
 from kvclaims.bundled import DESCRIPTORS
-from kvclaims.cli._common import Exit, PathType, json_option, out_option, print_written, runs, stderr_console
+from kvclaims.cli._common import (
+    Exit,
+    PathType,
+    json_option,
+    note_skipped_descriptor,
+    out_option,
+    print_written,
+    runs,
+    stderr_console,
+)
 
 OUTPUTS = ("lowering-matrix.md", "lowering-matrix.json")
 
@@ -24,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from kvclaims.spec.descriptor import load_descriptors
     from kvclaims.spec.matrix import build_matrix, matrix_json, matrix_markdown
 
-    rows = build_matrix(load_descriptors([args.directory]))
+    rows = build_matrix(load_descriptors([args.directory], on_skip=note_skipped_descriptor))
     texts = {
         "lowering-matrix.md": matrix_markdown(rows),
         "lowering-matrix.json": json.dumps(matrix_json(rows), indent=2) + "\n",
@@ -46,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
 
         written.append(render_heatmap(rows, args.out / "lowering-matrix.png"))
     print_written(written, as_json=args.json)
-    return Exit.ok
+    return Exit.ok if all(v.label.is_sound for row in rows for v in row.verdicts) else Exit.not_sound
 
 
 def _read(path: Path) -> str | None:

@@ -26,6 +26,7 @@ from kvclaims.cli._common import (
     Exit,
     descriptors_option,
     json_option,
+    note_skipped_descriptor,
     out_option,
     print_json_lines,
     print_table,
@@ -110,7 +111,7 @@ def _upgrades(descriptors: Path, out: Path) -> dict[Path, str]:
 
     if not descriptors.is_dir() or not descriptor_paths([descriptors]):
         return {}
-    found = upgrades(load_descriptors([descriptors]))
+    found = upgrades(load_descriptors([descriptors], on_skip=note_skipped_descriptor))
     return upgrades_files(out, upgrades_json(found), upgrades_markdown(found))
 
 

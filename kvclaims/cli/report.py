@@ -41,6 +41,7 @@ from kvclaims.cli._common import (
     PathType,
     force_option,
     json_option,
+    note_skipped_descriptor,
     out_option,
     print_json,
     print_table,
@@ -99,7 +100,7 @@ def lowering_matrix(descriptors: Path, out: Path) -> str:
     from kvclaims.spec.descriptor import load_descriptors
     from kvclaims.spec.matrix import build_matrix, matrix_json, matrix_markdown
 
-    rows = build_matrix(load_descriptors([descriptors]))
+    rows = build_matrix(load_descriptors([descriptors], on_skip=note_skipped_descriptor))
     (out / "lowering-matrix.md").write_text(matrix_markdown(rows), encoding="utf-8")
     (out / "lowering-matrix.json").write_text(json.dumps(matrix_json(rows), indent=2) + "\n")
     render_heatmap(rows, out / "lowering-matrix.png")

@@ -35,7 +35,7 @@ def assert_refines(
     """Check `trace` (a path, or the trace's bytes) and return its verdict if it is accepted
     (or inconclusive, with `allow_inconclusive`); otherwise raise `AssertionError` whose
     message is the headline plus `render_verdict` of the verdict: outcome and reason, and for
-    a rejection the rule, event index and line, abstract state before, what the model allowed,
+    a rejection the rule, event number and line, the abstract state before it, what the model allowed,
     the surrounding events and the minimal prefix. A relative path is read from `relative_to`
     (the pytest fixture passes the test file's folder), else from the working directory; a
     missing file raises `FileNotFoundError` with the path tried. `format` and `registry` are

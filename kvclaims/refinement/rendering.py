@@ -1,9 +1,10 @@
 """A verdict as plain text: what `kvclaims check` prints for one trace and what `assert_refines`
 puts in its AssertionError, from one function so the two never drift apart.
 
-For a rejection the text names the rule, the offending event (index and line), the abstract
-state before it, what the model allowed there instead, the surrounding lines of a text trace
-(the offending one marked `>`), and the minimal prefix that is rejected on its own.
+For a rejection the text names the rule, the offending event (1-based event number and line),
+the abstract state of its subject before it, what the model allowed there instead, the
+surrounding lines of a text trace, and the lines of the minimal prefix that is rejected on its
+own, in trace order (in both, the offending line is marked `>`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from kvclaims.refinement.verdict import TraceVerdict
+from kvclaims.refinement.verdict import Counterexample, TraceVerdict
 
 CONTEXT_LINES = 2
 """Lines shown on each side of the offending event."""
@@ -36,25 +37,34 @@ def verdict_lines(verdict: TraceVerdict, *, source: str | Path | bytes | None = 
     ]
     c = verdict.counterexample
     if c is not None:
-        where = f"event #{c.event_index}" if c.event_index >= 0 else "at the end of the trace"
-        lines.append(f"  rule: {c.rule}   subject: {c.subject}   {where}")
-        lines.append(f"  state before: {c.state_before}")
+        lines.append(f"  rule: {c.rule}   about: {c.subject}   {_position(c)}")
+        lines.append(f"  {c.subject} before it: {c.state_before}")
         lines.append(
             f"  the model allowed instead: {', '.join(c.allowed) or '(nothing: a data check failed)'}"
         )
         context = surrounding_lines(_opener(verdict, source), c.line)
         if context:
             lines.append("  surrounding events:")
-            for number, text in context:
-                marker = OFFENDING_MARKER if number == c.line else " "
-                lines.append(f"  {marker} {number:>6} | {text}")
+            lines.extend(_numbered(number, text, number == c.line) for number, text in context)
         if c.minimal_prefix:
-            lines.append("  minimal prefix (rejected on its own, same rule):")
-            lines.extend(f"    {event.line:>6} | {event.summary}" for event in c.minimal_prefix)
+            lines.append("  the lines that show the violation (rejected on their own, by the same rule):")
+            lines.extend(
+                _numbered(event.line, event.summary, event.line == c.line) for event in c.minimal_prefix
+            )
     lines.extend(f"  note: {note}" for note in verdict.notes)
     if verdict.witnesses:
         lines.append("  exercised: " + ", ".join(w.kind.value for w in verdict.witnesses))
     return lines
+
+
+def _position(c: Counterexample) -> str:
+    """Where the offending event is, 1-based like the line numbers beside it."""
+    return f"event {c.event_index + 1} (line {c.line})" if c.event_index >= 0 else "at the end of the trace"
+
+
+def _numbered(number: int, text: str, offending: bool) -> str:
+    marker = OFFENDING_MARKER if offending else " "
+    return f"  {marker} {number:>6} | {text}"
 
 
 def render_verdict(verdict: TraceVerdict, *, source: str | Path | bytes | None = None) -> str:

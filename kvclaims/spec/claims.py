@@ -25,8 +25,9 @@ from kvclaims.spec._types import (
 from kvclaims.spec.vocabulary import DecisionKind, ProtectionMode
 
 
+# Source: seed 001 table 2.
 class CacheIdentity(SpecModel):
-    """When two cached prefixes are the same reusable object (seed 001 table 2).
+    """When two cached prefixes are the same reusable object.
 
     Reuse is legal only inside one identity: a different model, tokenizer, salt, block size,
     adapter or KV format makes an equal token sequence a different object.
@@ -48,7 +49,7 @@ class LeadingPrefixAtLeast(SpecModel):
     """`leading_prefix_at_least(k)`: the first k blocks (or tokens) survive *contiguously*.
 
     Block i counts only if blocks 0..i-1 survive, so 59 surviving blocks with block 0 missing
-    satisfy nothing (seed 001 L6). Exactly one of `blocks` / `tokens` is given.
+    satisfy nothing. Exactly one of `blocks` / `tokens` is given.
     """
 
     kind: Literal["leading_prefix_at_least"] = "leading_prefix_at_least"
@@ -74,8 +75,9 @@ class LeadingPrefixAtLeast(SpecModel):
         return leading_blocks >= self.required_blocks(block_size)
 
 
+# Source: seed 002.
 class HybridTwoKey(SpecModel):
-    """The two-key hybrid resume predicate of seed 002.
+    """The two-key hybrid resume predicate.
 
     Holds at boundary B only when both keys hold: the KV side has a leading prefix of B blocks
     (prefix identity) AND the restored non-KV state has the same `value_hash` as the checkpoint
@@ -110,8 +112,9 @@ class PolicyInputs(SpecModel):
     deadline_steps: NonNegativeInt | None = None
 
 
+# Source: seed 001 section 3.1.
 class ResidentClaimInput(SpecModel):
-    """An application-visible future-reuse object submitted to a runtime (seed 001 3.1).
+    """An application-visible future-reuse object submitted to a runtime.
 
     The obligation binds only after the runtime accepts it; a runtime may reject any claim.
     """

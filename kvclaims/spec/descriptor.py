@@ -1,4 +1,4 @@
-"""Runtime descriptors, format `descriptor: 1` (DESIGN 2.4), and their fail-closed loader.
+"""Runtime descriptors, format `descriptor: 1` (descriptor-format.md), and their fail-closed loader.
 
 A descriptor is curated, anchored evidence about one runtime surface pinned to a version or
 commit. The loader accepts a deliberately small YAML: no aliases or anchors (so no alias
@@ -8,7 +8,8 @@ rejection is a `DescriptorError` naming file, line and field.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import warnings
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +97,10 @@ class Descriptor(SpecModel):
 def load_descriptor(path: str | Path) -> Descriptor:
     """Read, validate and anchor-check one descriptor file, or raise `DescriptorError`."""
     path = Path(path)
-    document, lines = _read_yaml(path)
+    return _descriptor_from(path, *_read_yaml(path))
+
+
+def _descriptor_from(path: Path, document: Any, lines: dict[_Path, int]) -> Descriptor:
     try:
         descriptor = Descriptor.model_validate(document)
     except ValidationError as error:
@@ -107,17 +111,22 @@ def load_descriptor(path: str | Path) -> Descriptor:
 
 
 def descriptor_paths(targets: Iterable[str | Path]) -> list[Path]:
-    """Expand files and directories into descriptor files, sorted, or raise `DescriptorError`."""
-    found: list[Path] = []
+    """Expand files and directories into the YAML files to read, sorted, or raise `DescriptorError`."""
+    return [path for path, _ in _expand(targets)]
+
+
+def _expand(targets: Iterable[str | Path]) -> list[tuple[Path, bool]]:
+    """Each file with whether it was named directly (True) or found in a directory (False)."""
+    found: list[tuple[Path, bool]] = []
     problems: list[Problem] = []
     for target in map(Path, targets):
         if target.is_dir():
             inside = sorted(p for p in target.iterdir() if p.suffix in DESCRIPTOR_SUFFIXES)
             if not inside:
                 problems.append(Problem(str(target), "directory contains no .yaml descriptor"))
-            found.extend(inside)
+            found.extend((path, False) for path in inside)
         elif target.exists():
-            found.append(target)
+            found.append((target, True))
         else:
             problems.append(Problem(str(target), "no such file or directory"))
     if problems:
@@ -125,15 +134,40 @@ def descriptor_paths(targets: Iterable[str | Path]) -> list[Path]:
     return found
 
 
-def load_descriptors(targets: Iterable[str | Path]) -> list[tuple[Path, Descriptor]]:
-    """Load every descriptor under `targets`; all problems of all files are raised together."""
+NOT_A_DESCRIPTOR = "YAML without a top-level `descriptor:` key, so not a descriptor: skipped"
+"""Why a file found in a directory is passed over (a file named directly is always read)."""
+
+
+def _warn_skipped(path: Path) -> None:
+    warnings.warn(f"{path}: {NOT_A_DESCRIPTOR}", stacklevel=3)
+
+
+def load_descriptors(
+    targets: Iterable[str | Path], *, on_skip: Callable[[Path], None] = _warn_skipped
+) -> list[tuple[Path, Descriptor]]:
+    """Load every descriptor under `targets`; all problems of all files are raised together.
+
+    A YAML file found in a directory whose top level has no `descriptor:` key is some other
+    file kept beside the descriptors: it is skipped and handed to `on_skip` (default: a
+    warning naming it). Malformed YAML is never skipped (it cannot show what it is), and a
+    file named directly is always read as a descriptor. Raises when every file was skipped."""
     loaded: list[tuple[Path, Descriptor]] = []
     problems: list[Problem] = []
-    for path in descriptor_paths(targets):
+    skipped: list[Path] = []
+    for path, named in _expand(targets):
         try:
-            loaded.append((path, load_descriptor(path)))
+            document, lines = _read_yaml(path)
+            if not named and not (isinstance(document, dict) and "descriptor" in document):
+                skipped.append(path)
+                continue
+            loaded.append((path, _descriptor_from(path, document, lines)))
         except DescriptorError as error:
             problems.extend(error.problems)
+    if skipped and not loaded and not problems:
+        left = f"{NOT_A_DESCRIPTOR}; no descriptor is left"
+        raise DescriptorError([Problem(str(path), left) for path in skipped])
+    for path in skipped:
+        on_skip(path)
     if problems:
         raise DescriptorError(problems)
     return loaded

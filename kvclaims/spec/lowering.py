@@ -284,19 +284,20 @@ def _ladder(
         return _Decision(
             Label.approximate,
             Rule.approximation_signals_never_satisfy,
-            f"related primitives present ({', '.join(suggesting)}) but Lower fails",
+            f"related primitives present ({', '.join(suggesting)}), but they do not supply "
+            "everything this mode needs",
         )
     return _Decision(
         Label.unknown,
         Rule.no_approximation_signal,
-        "Lower fails and no primitive related to this mode is present",
+        "not everything this mode needs is supplied, and no primitive related to it is present",
     )
 
 
 def _override(
     descriptor: Descriptor, row: LoweringRow, ladder: _Decision, missing: list[Obligation]
 ) -> _Decision | None:
-    """An invalid row (always) or a rejected mapping (only where Lower fails)."""
+    """An invalid row (always) or a rejected mapping (only where the bundle is not supplied)."""
     signals = set(descriptor.approximation_signals)
     invalid = _invalid_inference(row, signals)
     if invalid is not None:

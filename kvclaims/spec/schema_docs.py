@@ -59,7 +59,7 @@ _INTROS: Mapping[str, str] = {
 # Trace format: kvclaims trace v1
 
 A trace is what a runtime did, one JSON object per line (NDJSON, UTF-8), for `kvclaims check`
-to judge against the model (DESIGN.md 3 and 4). Line 1 is the **header**; every other line is
+to judge against the model. Line 1 is the **header**; every other line is
 one **event**, named by its `event` field, with a `seq` that strictly increases; the last line
 of a complete trace is `trace_closed`. For example, a hard-protected claim of 60 blocks, and a
 70-block request refused on an 80-block pool:
@@ -91,11 +91,12 @@ is truncated (its writer crashed, was killed, or is still writing): `inconclusiv
 as an open prefix (`kvclaims check --open`), and a line after `trace_closed` makes the trace
 `invalid`. Which sequences of events are legal (identity,
 lifecycle, capacity arithmetic, attribution, offload order, no silent harm, two-key
-checkpoints) is the subject of refinement, DESIGN.md 4; this page is the shape of each line.
+checkpoints) is the subject of [DESIGN.md, Refinement](DESIGN.md#4-refinement); this page is the
+shape of each line.
 The machine-readable form is `schemas/trace-v1-header.schema.json` and
 `schemas/trace-v1-event.schema.json`.
 
-What the fields mean to the model (decisions of issue 12; the rules are DESIGN.md 4):
+What the fields mean to the model (the rules are in [DESIGN.md, Refinement](DESIGN.md#4-refinement)):
 
 - **Requests.** A `request_finished` for a request the trace never admitted, deferred or
   refused is a client abort before the request reached the pool (vLLM finishes such a request
@@ -122,8 +123,9 @@ What the fields mean to the model (decisions of issue 12; the rules are DESIGN.m
 
 A descriptor is curated, anchored evidence about what one runtime surface (pinned to a version
 or commit) supplies for the resident-claim contract, natively and through adapters; `kvclaims
-lower` judges it (DESIGN.md 2.4). It is YAML without aliases, merge keys or duplicate keys, at
-most 2 MiB; every error names file, line and field. A minimal one:
+lower` judges it ([DESIGN.md, Descriptors](DESIGN.md#24-descriptors-format-descriptor-1)). It is
+YAML without aliases, merge keys or duplicate keys, at most 2 MiB; every error names file, line
+and field. A minimal one:
 
 ```yaml
 descriptor: 1

@@ -171,7 +171,7 @@ SIGNAL_SUGGESTS_MODES: Mapping[ApproximationSignal, frozenset[ProtectionMode]] =
 )
 
 # Mappings that misrepresent the contract for every runtime. A descriptor may add its own in
-# `forbidden_lowerings`. A forbidden primitive present on a row whose Lower fails makes it
+# `forbidden_lowerings`. A forbidden primitive present on a row whose bundle is not supplied makes it
 # rejected.
 GLOBAL_FORBIDDEN_LOWERINGS: Mapping[tuple[ProtectionMode, ApproximationSignal], str] = _frozen(
     {
@@ -179,7 +179,7 @@ GLOBAL_FORBIDDEN_LOWERINGS: Mapping[tuple[ProtectionMode, ApproximationSignal], 
             "active no-evict protects a running request, not accepted future-resident state"
         ),
         (M.hard_protected, S.priority_value): (
-            "soft priority is not a sound hard-claim lowering (seed 001 check C1)"
+            "soft priority only orders eviction: it is not a sound hard-claim lowering"
         ),
     }
 )

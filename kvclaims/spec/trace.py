@@ -55,8 +55,9 @@ class TraceHeader(_TraceModel):
     )
 
 
+# Source: seed 000 section 7.
 class RestorationOutcome(StrEnum):
-    """What a failed restoration became: the claim-scoped, fail-closed outcome (seed 000 s. 7)."""
+    """What a failed restoration became: the claim-scoped, fail-closed outcome."""
 
     refusal = "refusal"
     demotion = "demotion"
@@ -71,8 +72,9 @@ class ConflictReason(StrEnum):
     restoration_failed = "restoration_failed"
 
 
+# Source: seed 002.
 class Checkpoint(_TraceModel):
-    """A two-key checkpoint at boundary B (seed 002): immutable payload bytes and logical value."""
+    """A two-key checkpoint at boundary B: immutable payload bytes and logical value."""
 
     boundary: PrefixBlocks = Field(description="The block boundary B the checkpoint belongs to.")
     payload_hash: Identifier = Field(description="Hash of the checkpoint's bytes.")
@@ -128,8 +130,9 @@ class ResidentClaimSubmitted(_ClaimTerms):
     event: Literal["resident_claim_submitted"] = "resident_claim_submitted"
 
 
+# Source: seed 001 section 3.1.
 class ResidentClaimAccepted(_ClaimTerms):
-    """From here on the runtime is responsible for the claim's predicate (seed 001 3.1)."""
+    """From here on the runtime is responsible for the claim's predicate."""
 
     event: Literal["resident_claim_accepted"] = "resident_claim_accepted"
 

@@ -41,8 +41,9 @@ class _RankedStrEnum(StrEnum):
     __hash__ = StrEnum.__hash__
 
 
+# Source: seed 001 table 3, seed 000 section 3.
 class ProtectionMode(StrEnum):
-    """What an accepted claim promises (seed 001 table 3, seed 000 section 3)."""
+    """What an accepted claim promises."""
 
     best_effort = "best_effort"
     soft_priority = "soft_priority"
@@ -53,8 +54,9 @@ class ProtectionMode(StrEnum):
     routed_reuse = "routed_reuse"
 
 
+# Source: seed 000 table 1.
 class Obligation(StrEnum):
-    """A contract obligation a runtime must discharge for a mode (seed 000 table 1).
+    """A contract obligation a runtime must discharge for a mode.
 
     The short code (`I`, `A`, ...) of each is `OBLIGATION_CODES` in `tables`.
     """
@@ -80,8 +82,9 @@ class Obligation(StrEnum):
     reuse_routing_attribution = "reuse_routing_attribution"
 
 
+# Source: seed 000 table 4.
 class AdapterDepth(_RankedStrEnum):
-    """How deep an adapter reaches into a runtime (seed 000 table 4), totally ordered.
+    """How deep an adapter reaches into a runtime, totally ordered.
 
     Selecting depth `a` admits native evidence and every adapter whose depth is `<= a`.
     `none` doubles as the depth of native evidence.
@@ -146,8 +149,9 @@ class ApproximationSignal(StrEnum):
     block_pinning = "block_pinning"
 
 
+# Source: seed 000 table 5.
 class TelemetryJoinPrecondition(StrEnum):
-    """The nine preconditions under which a telemetry join may supply anything (seed 000 t. 5)."""
+    """The nine preconditions under which a telemetry join may supply anything."""
 
     external_claim_registry = "external_claim_registry"
     stable_claim_id = "stable_claim_id"
@@ -163,7 +167,7 @@ class TelemetryJoinPrecondition(StrEnum):
 class ObservationAtom(StrEnum):
     """An observed behaviour that a mode needs besides its obligations.
 
-    soft_priority needs all three controlled-pressure atoms (seed 000 section 6.1: original,
+    soft_priority needs all three controlled-pressure atoms (original,
     swapped and equal-priority trials).
     """
 
@@ -173,7 +177,7 @@ class ObservationAtom(StrEnum):
 
 
 class ClaimState(StrEnum):
-    """Lifecycle state of one claim (DESIGN 2.1). Refusal and deferral are not claim states:
+    """Lifecycle state of one claim (DESIGN.md, Claims). Refusal and deferral are not claim states:
     they are outcomes of an active request, attributed to claims by `blocking_claim_ids`."""
 
     submitted = "submitted"
@@ -188,8 +192,9 @@ class ClaimState(StrEnum):
     harmed = "harmed"
 
 
+# Source: seed 001 table 2.
 class DecisionKind(StrEnum):
-    """A runtime's answer to a submitted claim (seed 001 table 2)."""
+    """A runtime's answer to a submitted claim."""
 
     accepted = "accepted"
     rejected = "rejected"
@@ -216,8 +221,9 @@ class Label(_RankedStrEnum):
         return self in (Label.sound_with_adapter, Label.native_sound)
 
 
+# Source: seed 000 table 3.
 class LabelSubtype(StrEnum):
-    """What kind of trust a sound_with_adapter row rests on (seed 000 table 3)."""
+    """What kind of trust a sound_with_adapter row rests on."""
 
     adapter_observational = "adapter_observational"
     adapter_policy_under_pressure = "adapter_policy_under_pressure"
@@ -226,7 +232,7 @@ class LabelSubtype(StrEnum):
 
 
 class ConformanceRule(StrEnum):
-    """The normative refinement rules of DESIGN 4, in order; every lifecycle violation and
+    """The normative refinement rules of DESIGN.md, Refinement, in order; every lifecycle violation and
     every refinement rejection names exactly one."""
 
     identity = "identity"

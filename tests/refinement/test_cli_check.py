@@ -72,7 +72,7 @@ def test_a_rejection_prints_its_counterexample_with_surrounding_events(
     assert kvclaims_check(str(write(tmp_path / "bad.ndjson", rejected_run()))) == 1
     out = capsys.readouterr().out
     assert "rejected" in out and "rule: lifecycle" in out
-    assert "surrounding events:" in out and "minimal prefix" in out
+    assert "surrounding events:" in out and "the lines that show the violation" in out
     assert "resident_claim_harmed" in out
 
 

@@ -46,12 +46,15 @@ def test_a_rejection_fails_with_the_rendered_counterexample(tmp_path: Path) -> N
         message = str(failed.value)
         assert message.startswith(FAILURE_HEADLINE)
         assert f"line {offending}: [lifecycle]" in message
-        assert f"rule: lifecycle   subject: claim C   event #{len(trace.events) - 1}" in message
-        assert "state before: demoted" in message
+        assert f"rule: lifecycle   about: claim C   event {len(trace.events)} (line {offending})" in message
+        assert "claim C before it: demoted" in message
         assert "the model allowed instead: release" in message
         assert f"  > {offending:>6} | " in message and '"event":"resident_claim_harmed"' in message
-        prefix = message.split("minimal prefix (rejected on its own, same rule):\n", 1)[1]
-        assert "resident_claim_demoted claim_id=C" in prefix and "resident_claim_harmed" in prefix
+        prefix = message.split(
+            "the lines that show the violation (rejected on their own, by the same rule):\n", 1
+        )[1]
+        assert "resident_claim_demoted claim_id=C" in prefix
+        assert f"  > {offending:>6} | resident_claim_harmed" in prefix
 
 
 def test_invalid_and_inconclusive_traces_fail_closed(tmp_path: Path) -> None:
@@ -99,12 +102,12 @@ def test_the_plugin_fixtures_pass_and_fail_a_users_test_suite(pytester: pytest.P
             "*test_broken_run*",
             f"E * {FAILURE_HEADLINE}:",
             "E * rejected *bad.ndjson (kvclaims-v1, *",
-            "E *rule: lifecycle   subject: claim C*",
-            "E *state before: demoted*",
+            "E *rule: lifecycle   about: claim C*",
+            "E *claim C before it: demoted*",
             "E *the model allowed instead: release*",
             "E *surrounding events:",
             'E *>     10 | {"seq":8,"event":"resident_claim_harmed"*',
-            "E *minimal prefix (rejected on its own, same rule):",
+            "E *the lines that show the violation (rejected on their own, by the same rule):",
             "E *resident_claim_harmed claim_id=C*",
             "*1 failed, 2 passed*",
         ]

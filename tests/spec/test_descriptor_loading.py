@@ -165,6 +165,36 @@ def test_directory_without_descriptors_is_an_error(tmp_path: Path) -> None:
         load_descriptors([tmp_path])
 
 
+def test_an_unrelated_yaml_in_a_directory_is_skipped_and_named(tmp_path: Path) -> None:
+    write(tmp_path, VALID, "a.yaml")
+    write(tmp_path, "- a list, not a mapping\n", "list.yaml")
+    write(tmp_path, "title: notes\n", "notes.yaml")
+    with pytest.warns(UserWarning) as warned:
+        loaded = load_descriptors([tmp_path])
+    assert [path.name for path, _ in loaded] == ["a.yaml"]
+    assert sorted(str(w.message).split(":")[0] for w in warned) == [
+        str(tmp_path / "list.yaml"),
+        str(tmp_path / "notes.yaml"),
+    ]
+    skipped: list[Path] = []
+    load_descriptors([tmp_path], on_skip=skipped.append)
+    assert [p.name for p in skipped] == ["list.yaml", "notes.yaml"]
+
+
+def test_an_unrelated_yaml_named_directly_is_still_read_as_a_descriptor(tmp_path: Path) -> None:
+    with pytest.raises(DescriptorError, match="descriptor"):
+        load_descriptors([write(tmp_path, "title: notes\n", "notes.yaml")])
+
+
+def test_a_malformed_yaml_in_a_directory_is_never_skipped(tmp_path: Path) -> None:
+    write(tmp_path, VALID, "a.yaml")
+    write(tmp_path, "title: [\n", "broken.yaml")
+    with pytest.raises(DescriptorError) as raised:
+        load_descriptors([tmp_path], on_skip=lambda path: pytest.fail(f"skipped {path}"))
+    (problem,) = raised.value.problems
+    assert Path(problem.file).name == "broken.yaml" and problem.line is not None
+
+
 def test_missing_path_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(DescriptorError, match="no such file"):
         load_descriptors([tmp_path / "absent.yaml"])
