@@ -409,6 +409,16 @@ class SystemState:
             ids=(request_id, *ids),
         )
 
+    def _request_state(self, request_id: str, checking: str) -> str:
+        """What a request-level counterexample reports as the state before: the request's
+        phase, then what was being checked ("request admitted; checking its capacity proof")."""
+        record = self.requests.get(request_id)
+        if record is not None:
+            phase = str(record.phase)
+        else:
+            phase = "finished" if request_id in self.finished else "not seen before"
+        return f"request {phase}; checking its {checking}"
+
     # --- claims and terms ---------------------------------------------------------------
 
     def _claim(self, claim_id: str) -> ClaimRecord:
@@ -985,7 +995,7 @@ class SystemState:
                 R.attribution,
                 request_id,
                 f"{self._event} for request {request_id} names no blocking claim",
-                "conflict without attribution",
+                self._request_state(request_id, "blocking claims"),
                 ("blocking_claim_ids naming the accepted claims that caused it",),
             )
         if len(set(blocking)) != len(blocking):
@@ -993,7 +1003,7 @@ class SystemState:
                 R.attribution,
                 request_id,
                 f"blocking_claim_ids names a claim twice: {blocking}",
-                "ambiguous attribution",
+                self._request_state(request_id, "blocking claims"),
                 ("each blocking claim once",),
                 *blocking,
             )
@@ -1097,7 +1107,7 @@ class SystemState:
                     ev.request_id,
                     f"a capacity {self._event.removeprefix('active_request_')} without its capacity "
                     f"proof (missing {', '.join(missing)})",
-                    "capacity proof",
+                    self._request_state(ev.request_id, "capacity proof"),
                     ("all five capacity proof numbers",),
                 )
             return  # a restoration conflict may omit its proof; a given one is checked below
@@ -1106,7 +1116,11 @@ class SystemState:
         )
         if problem is not None:
             self._request_fail(
-                R.capacity_arithmetic, ev.request_id, problem.message, "capacity proof", (problem.required,)
+                R.capacity_arithmetic,
+                ev.request_id,
+                problem.message,
+                self._request_state(ev.request_id, "capacity proof"),
+                (problem.required,),
             )
         if self.usable_blocks is None:
             self.usable_blocks = ev.usable_blocks  # the pool every later proof must quote
