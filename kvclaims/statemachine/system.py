@@ -411,13 +411,13 @@ class SystemState:
 
     def _request_state(self, request_id: str, checking: str) -> str:
         """What a request-level counterexample reports as the state before: the request's
-        phase, then what was being checked ("request admitted; checking its capacity proof")."""
+        phase, then what was being checked ("admitted; checking its capacity proof")."""
         record = self.requests.get(request_id)
         if record is not None:
             phase = str(record.phase)
         else:
             phase = "finished" if request_id in self.finished else "not seen before"
-        return f"request {phase}; checking its {checking}"
+        return f"{phase}; checking its {checking}"
 
     # --- claims and terms ---------------------------------------------------------------
 
