@@ -109,3 +109,20 @@ def test_the_stand_in_hub_is_the_layout_huggingface_hub_reads(tmp_path: Path) ->
     revision = (entry / "refs" / "main").read_text()
     assert len(revision) == 40
     assert json.loads((entry / "snapshots" / revision / "config.json").read_text()) == {"model_type": "opt"}
+
+
+def test_only_an_inconclusive_trace_without_steps_is_empty() -> None:
+    assert S.trace_category("inconclusive", 0) == S.EMPTY
+    assert S.trace_category("inconclusive", 3) == "inconclusive"
+    assert S.trace_category("rejected", 0) == "rejected"
+    assert S.trace_category("accepted", 5) == "accepted"
+
+
+def test_traces_pass_needs_an_accepted_trace_and_nothing_worse_than_empty() -> None:
+    from collections import Counter
+
+    assert S.traces_pass(Counter(accepted=3, empty=2))
+    assert not S.traces_pass(Counter(empty=2))
+    assert not S.traces_pass(Counter())
+    assert not S.traces_pass(Counter(accepted=3, rejected=1))
+    assert not S.traces_pass(Counter(accepted=3, inconclusive=1))
