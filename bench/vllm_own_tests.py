@@ -59,39 +59,34 @@ ALLOW_LIST: dict[str, str] = {
 """Tests that may pass on stock and fail with the binding, each with the reason it is not an
 incompatibility. Keys are pytest node ids relative to vLLM's source root."""
 
+_OPT: dict[str, object] = {
+    "architectures": ["OPTForCausalLM"],
+    "model_type": "opt",
+    "activation_function": "relu",
+    "bos_token_id": 2,
+    "eos_token_id": 2,
+    "pad_token_id": 1,
+    "max_position_embeddings": 2048,
+    "torch_dtype": "float16",
+    "vocab_size": 50272,
+}
 STAND_IN_CONFIGS: dict[str, dict[str, object]] = {
-    "facebook/opt-125m": {
-        "architectures": ["OPTForCausalLM"],
-        "model_type": "opt",
-        "activation_function": "relu",
-        "bos_token_id": 2,
-        "eos_token_id": 2,
-        "pad_token_id": 1,
+    "facebook/opt-125m": _OPT
+    | {
         "do_layer_norm_before": True,
         "ffn_dim": 3072,
         "hidden_size": 768,
-        "max_position_embeddings": 2048,
         "num_attention_heads": 12,
         "num_hidden_layers": 12,
-        "torch_dtype": "float16",
-        "vocab_size": 50272,
         "word_embed_proj_dim": 768,
     },
-    "facebook/opt-350m": {
-        "architectures": ["OPTForCausalLM"],
-        "model_type": "opt",
-        "activation_function": "relu",
-        "bos_token_id": 2,
-        "eos_token_id": 2,
-        "pad_token_id": 1,
+    "facebook/opt-350m": _OPT
+    | {
         "do_layer_norm_before": False,
         "ffn_dim": 4096,
         "hidden_size": 1024,
-        "max_position_embeddings": 2048,
         "num_attention_heads": 16,
         "num_hidden_layers": 24,
-        "torch_dtype": "float16",
-        "vocab_size": 50272,
         "word_embed_proj_dim": 512,
     },
 }
