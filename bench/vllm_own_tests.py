@@ -100,6 +100,7 @@ _SUMMARY_COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpass
 PLUGIN_SOURCE = '''\
 """Written by kvclaims bench/vllm_own_tests.py: substitutes the binding's classes."""
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -119,6 +120,7 @@ _REPLACEMENTS = {
 }
 _TRACE_DIR = os.environ.get("TRACE_DIR_ENV")
 _open_arbiters = []
+_current_test = ["outside-a-test"]
 
 
 def _substitute(module):
@@ -141,7 +143,8 @@ if _TRACE_DIR is not None:
     def _traced_init(self, *args, **kwargs):
         vllm_config = kwargs.get("vllm_config", args[0] if args else None)
         _count[0] += 1
-        path = Path(_TRACE_DIR) / f"scheduler-{os.getpid()}-{_count[0]:06d}.ndjson"
+        test = re.sub(r"[^A-Za-z0-9_.-]+", "_", _current_test[0])[-150:]
+        path = Path(_TRACE_DIR) / f"{_count[0]:06d}-{test}.ndjson"
         additional = dict(vllm_config.additional_config or {})
         additional[ADDITIONAL_CONFIG_KEY] = {"trace_path": str(path)}
         vllm_config.additional_config = additional
@@ -161,6 +164,10 @@ def pytest_collectstart(collector):
 def pytest_collection_finish(session):
     for module in list(sys.modules.values()):
         _substitute(module)
+
+
+def pytest_runtest_setup(item):
+    _current_test[0] = item.nodeid
 
 
 def pytest_runtest_teardown(item, nextitem):
@@ -196,6 +203,12 @@ def parse_summary(output: str) -> dict[str, int]:
                 counts[key] += int(number)
             return dict(counts)
     raise ValueError("pytest output has no summary line")
+
+
+def session_complete(output: str) -> bool:
+    """False when pytest's session broke off (INTERNALERROR): its summary then counts only the
+    tests run before the break, which must not pass for the whole suite."""
+    return "INTERNALERROR>" not in output
 
 
 def parse_junit(xml_text: str) -> tuple[dict[str, str], dict[str, str]]:
@@ -323,7 +336,14 @@ def run_pytest(
     """Run vLLM's tests once; `mode` is `stock` or `binding`."""
     junit = work / f"{name}.xml"
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--confcutdir=tests/v1"]
-    command += ["--continue-on-collection-errors", "-W", "ignore::pytest.PytestUnknownMarkWarning"]
+    # --tb=native: pytest's own traceback rendering hit CPython 3.11's "AST constructor
+    # recursion depth mismatch" on one failing test and ended the whole session (INTERNALERROR).
+    command += [
+        "--continue-on-collection-errors",
+        "-W",
+        "ignore::pytest.PytestUnknownMarkWarning",
+        "--tb=native",
+    ]
     command += [f"--junitxml={junit}", *extra, *TEST_DIRS]
     env = {k: v for k, v in os.environ.items() if k != TRACE_DIR_ENV}
     env |= {"HF_HOME": str(work / "hf"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -336,7 +356,9 @@ def run_pytest(
     completed = subprocess.run(command, cwd=source, env=env, capture_output=True, text=True, check=False)
     seconds = time.monotonic() - started
     (work / f"{name}.log").write_text(completed.stdout + completed.stderr)
-    counts = parse_summary(completed.stdout)
+    if not session_complete(completed.stdout + completed.stderr):
+        raise RuntimeError(f"pytest run {name!r} broke off with INTERNALERROR; see {work / name}.log")
+    counts = parse_summary(completed.stdout + completed.stderr)
     outcomes, messages = parse_junit(junit.read_text()) if junit.is_file() else ({}, {})
     return RunResult(name, counts, outcomes, messages, seconds)
 

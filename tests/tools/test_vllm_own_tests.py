@@ -126,3 +126,8 @@ def test_traces_pass_needs_an_accepted_trace_and_nothing_worse_than_empty() -> N
     assert not S.traces_pass(Counter())
     assert not S.traces_pass(Counter(accepted=3, rejected=1))
     assert not S.traces_pass(Counter(accepted=3, inconclusive=1))
+
+
+def test_a_session_that_broke_off_is_not_complete() -> None:
+    assert S.session_complete("....\n== 3 passed in 1.0s ==\n")
+    assert not S.session_complete("..FFINTERNALERROR> Traceback\nINTERNALERROR> SystemError: AST\n")
