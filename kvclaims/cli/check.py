@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json_lines(v.to_json() for v in verdicts)
     elif len(verdicts) == 1:
-        _print_one(verdicts[0])
+        print_one(verdicts[0])
     else:
         _print_summary(verdicts)
     worst = Outcome.worst([v.outcome for v in verdicts])
@@ -307,7 +307,7 @@ class _progress:
             self._bar.stop()
 
 
-def _print_one(verdict: Any, console: Any = None) -> None:
+def print_one(verdict: Any, console: Any = None) -> None:
     """The shared plain-text rendering (`kvclaims.refinement.rendering`), the outcome coloured."""
     from rich.markup import escape
 
@@ -350,7 +350,7 @@ def _print_summary(verdicts: list[Any]) -> None:
     stderr_console().print(f"{len(verdicts)} traces: {counted}")
     for verdict in verdicts:
         if verdict.outcome is Outcome.rejected:  # the table has one line; here is its counterexample
-            _print_one(verdict, stderr_console())
+            print_one(verdict, stderr_console())
 
 
 def _write_evidence(out: Path, files: list[Path], verdicts: list[Any]) -> int:

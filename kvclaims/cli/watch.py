@@ -35,7 +35,8 @@ import click
 from rich.markup import escape
 
 from kvclaims.cli._common import PathType, json_option, print_json, runs, stdout_console
-from kvclaims.cli.check import EXIT_CODES, OUTCOME_STYLES
+from kvclaims.cli.check import EXIT_CODES
+from kvclaims.cli.check import print_one as print_verdict
 
 OUTCOMES = ("open", "accepted", "rejected", "inconclusive", "invalid")
 _CLOSE = re.compile(rb'"event"\s*:\s*"trace_closed"')
@@ -175,7 +176,7 @@ class Watcher:
         if self.as_json:
             print_json(self.verdict.to_json())
         else:
-            _print_verdict(self.verdict)
+            print_verdict(self.verdict)
 
     def caught_up(self, follow: Follow) -> None:
         """The follower read everything written so far: say how far the check got."""
@@ -185,18 +186,6 @@ class Watcher:
                 print_json({"path": self.name, "outcome": "open", "events": follow.lines - 1})
                 return
             stdout_console().print(f"open: {escape(self.name)}: {follow.lines - 1} events, no violation")
-
-
-def _print_verdict(verdict: Any) -> None:
-    from kvclaims.refinement.rendering import render_verdict
-
-    style = OUTCOME_STYLES[verdict.outcome.value]
-    text = render_verdict(verdict)
-    first, _, rest = text.partition("\n")
-    console = stdout_console()
-    console.print(f"[{style}]{escape(first)}[/]", highlight=False)
-    if rest:
-        console.print(rest, markup=False, highlight=False)
 
 
 def run(args: argparse.Namespace) -> int:
