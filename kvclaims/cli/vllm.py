@@ -202,7 +202,7 @@ def _run_tiny_model(args: argparse.Namespace) -> int:
     from kvclaims.spec.errors import Problem
 
     try:
-        path = build_tiny_model(args.directory)
+        path = build_tiny_model(args.directory, hybrid=args.hybrid)
     except ImportError as error:
         reason = f"needs torch and transformers, installed with vLLM (make setup-vllm): {error}"
         print_problems([Problem("kvclaims vllm tiny-model", reason)])
@@ -489,9 +489,13 @@ def _fuzz_command(**options: object) -> int:
 
 @command.command("tiny-model")
 @click.argument("directory", type=PathType, metavar="DIR")
+@click.option(
+    "--hybrid", is_flag=True, help="the tiny hybrid Qwen3-Next (gated delta net + attention; run it in bf16)"
+)
 @json_option
 def _tiny_model_command(**options: object) -> int:
-    """Build the engine lane's tiny random-weight Llama in DIR (needs torch and transformers)."""
+    """Build the engine lane's tiny random-weight Llama (or, with --hybrid, Qwen3-Next) in DIR
+    (needs torch and transformers)."""
     return runs(_run_tiny_model)(**options)
 
 

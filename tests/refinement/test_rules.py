@@ -410,3 +410,46 @@ def test_a_deferred_request_may_be_served_from_the_cache() -> None:
         return trace.reuse("r", "C", 4 if not bad else 2).finish("r")
 
     assert_twins(build, R.lifecycle)
+
+
+def test_a_two_key_claim_resumed_in_place_needs_the_recorded_value() -> None:
+    """Seed 002 on the device tier (vLLM's alignment mode copies the cached state into the
+    request's live slot): a satisfied resume must carry the value recorded at
+    materialization; the same payload bytes read with another layout are another value."""
+
+    def build(bad: bool) -> TraceBuilder:
+        trace = TraceBuilder(usable_blocks=80).accept("C", two_key=True)
+        trace.store_prefix("C", 4)
+        trace.materialize("C", 4, checkpoint={"boundary": 4, "payload_hash": "p", "value_hash": "v"})
+        resumed = {"boundary": 4, "payload_hash": "p", "value_hash": "v-column-major" if bad else "v"}
+        trace.admit("r").add(
+            "request_reused",
+            request_id="r",
+            claim_id="C",
+            cached_blocks=4,
+            predicate_satisfied=True,
+            checkpoint=resumed,
+        )
+        return trace.finish("r")
+
+    assert_twins(build, R.hybrid_two_key)
+
+
+def test_a_failed_in_place_resume_is_unsatisfied_demoted_and_the_request_never_served() -> None:
+    """The binding's fail-closed outcome for a resume whose value differs: an unsatisfied
+    reuse naming the restored checkpoint, the claim demoted, the request finished (aborted)."""
+    trace = TraceBuilder(usable_blocks=80).accept("C", two_key=True)
+    trace.store_prefix("C", 4)
+    trace.materialize("C", 4, checkpoint={"boundary": 4, "payload_hash": "p", "value_hash": "v"})
+    resumed = {"boundary": 4, "payload_hash": "p", "value_hash": "w"}
+    trace.admit("r").add(
+        "request_reused",
+        request_id="r",
+        claim_id="C",
+        cached_blocks=4,
+        predicate_satisfied=False,
+        checkpoint=resumed,
+    )
+    trace.claim_event("demoted", "C", reason="state identity not established").finish("r", "abort")
+    verdict = check_bytes(trace.ndjson())
+    assert verdict.outcome is Outcome.accepted, verdict.reason
