@@ -72,6 +72,11 @@ class ConflictReason(StrEnum):
     restoration_failed = "restoration_failed"
 
 
+MAX_TENSOR_DIMS = 8
+MAX_CHECKPOINT_TENSORS = 4096
+"""Bounds on a checkpoint's ABI metadata (a trace never sizes anything by its own numbers)."""
+
+
 # Source: seed 002 ("tensor metadata").
 class CheckpointTensor(_TraceModel):
     """The ABI metadata of one non-KV state tensor in a checkpoint: what it is, where it
@@ -79,7 +84,7 @@ class CheckpointTensor(_TraceModel):
 
     kind: Identifier = Field(description="The tensor kind (e.g. conv_state, ssm_state).")
     layer: Identifier = Field(description="The model layer the state belongs to.")
-    shape: list[NonNegativeInt] = Field(description="The logical shape.")
+    shape: list[NonNegativeInt] = Field(max_length=MAX_TENSOR_DIMS, description="The logical shape.")
     logical_dtype: Identifier = Field(description="The dtype the logical value is compared in.")
     storage_dtype: Identifier = Field(description="The dtype the payload bytes are stored in.")
     layout: Identifier = Field(
@@ -97,7 +102,7 @@ class Checkpoint(_TraceModel):
     value_hash: Identifier = Field(
         description="Hash of the checkpoint's logical value; only this key establishes equality."
     )
-    tensors: list[CheckpointTensor] | None = Field(
+    tensors: Annotated[list[CheckpointTensor], Field(max_length=MAX_CHECKPOINT_TENSORS)] | None = Field(
         None,
         description="The ABI metadata of the state tensors the hashes cover, in hashing order "
         "(runtimes that restore real tensors record it).",

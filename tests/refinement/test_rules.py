@@ -453,3 +453,22 @@ def test_a_failed_in_place_resume_is_unsatisfied_demoted_and_the_request_never_s
     trace.claim_event("demoted", "C", reason="state identity not established").finish("r", "abort")
     verdict = check_bytes(trace.ndjson())
     assert verdict.outcome is Outcome.accepted, verdict.reason
+
+
+@pytest.mark.parametrize(
+    ("tensor", "count", "field"),
+    [
+        ({"shape": [1] * 9}, 1, "tensors[0].shape"),
+        ({"shape": [-1]}, 1, "tensors[0].shape[0]"),
+        ({}, 4097, "checkpoint.tensors"),
+        ({"layout": 7}, 1, "tensors[0].layout"),
+    ],
+)
+def test_checkpoint_abi_metadata_is_bounded_and_typed(tensor: dict[str, Any], count: int, field: str) -> None:
+    """A checkpoint's tensor list and shapes are bounded, and every metadata field typed."""
+    metadata = {"kind": "ssm_state", "layer": "l0", "shape": [4, 64, 64]}
+    metadata |= {"logical_dtype": "float32", "storage_dtype": "float32", "layout": "row_major", **tensor}
+    trace = TraceBuilder(usable_blocks=80).accept("C", two_key=True).store_prefix("C", 4)
+    checkpoint = {"boundary": 4, "payload_hash": "p", "value_hash": "v", "tensors": [metadata] * count}
+    verdict = check_bytes(trace.materialize("C", 4, checkpoint=checkpoint).ndjson())
+    assert verdict.outcome is Outcome.invalid and field in verdict.reason, verdict.reason
