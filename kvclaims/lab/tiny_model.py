@@ -12,7 +12,7 @@ prefix caching in its hybrid alignment mode (`mamba_cache_mode="align"`): 4 laye
 attention, full attention, twice), bf16 only (vLLM's CPU gated-delta-net kernel asserts bf16),
 at least one MoE layer (vLLM finds no Qwen3-Next layer without one). vLLM raises its block size
 to 160 tokens so one attention page holds one recurrent-state page: a cache hit needs a prompt
-of at least 320 tokens (`../shared/research/hybrid-probe.md` in the project notes).
+of at least 320 tokens.
 """
 
 from __future__ import annotations

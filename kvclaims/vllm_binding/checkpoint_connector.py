@@ -258,11 +258,6 @@ def set_checkpoint_fault(worker: Any, plan: dict[str, Any]) -> None:
     """`LLM.collective_rpc(set_checkpoint_fault, args=(plan,))`: install a seed 002 fault plan
     (`{"kind": ..., "claim_id": ..., "count": n}`; `{}` clears it) in every worker."""
     del worker  # the connector is process-global in vLLM
-    from vllm.distributed.kv_transfer import get_kv_transfer_group, has_kv_transfer_group
+    from kvclaims.vllm_binding.connector import process_connector
 
-    if not has_kv_transfer_group():
-        raise RuntimeError("this engine runs no KV connector")
-    connector = get_kv_transfer_group()
-    if not isinstance(connector, ClaimCheckpointConnector):
-        raise RuntimeError(f"the engine's connector is {type(connector).__name__}, not {CONNECTOR_NAME}")
-    connector.faults = FaultPlan.from_mapping(plan)
+    process_connector(ClaimCheckpointConnector, CONNECTOR_NAME).faults = FaultPlan.from_mapping(plan)

@@ -418,38 +418,31 @@ def test_a_two_key_claim_resumed_in_place_needs_the_recorded_value() -> None:
     materialization; the same payload bytes read with another layout are another value."""
 
     def build(bad: bool) -> TraceBuilder:
-        trace = TraceBuilder(usable_blocks=80).accept("C", two_key=True)
-        trace.store_prefix("C", 4)
-        trace.materialize("C", 4, checkpoint={"boundary": 4, "payload_hash": "p", "value_hash": "v"})
-        resumed = {"boundary": 4, "payload_hash": "p", "value_hash": "v-column-major" if bad else "v"}
-        trace.admit("r").add(
-            "request_reused",
-            request_id="r",
-            claim_id="C",
-            cached_blocks=4,
-            predicate_satisfied=True,
-            checkpoint=resumed,
-        )
-        return trace.finish("r")
+        return resumed_in_place(satisfied=True, value="v-column-major" if bad else "v").finish("r")
 
     assert_twins(build, R.hybrid_two_key)
+
+
+def resumed_in_place(*, satisfied: bool, value: str) -> TraceBuilder:
+    """A two-key claim materialized with value `v`, then resumed by request r with `value`."""
+    trace = TraceBuilder(usable_blocks=80).accept("C", two_key=True)
+    trace.store_prefix("C", 4)
+    trace.materialize("C", 4, checkpoint={"boundary": 4, "payload_hash": "p", "value_hash": "v"})
+    resumed = {"boundary": 4, "payload_hash": "p", "value_hash": value}
+    return trace.admit("r").add(
+        "request_reused",
+        request_id="r",
+        claim_id="C",
+        cached_blocks=4,
+        predicate_satisfied=satisfied,
+        checkpoint=resumed,
+    )
 
 
 def test_a_failed_in_place_resume_is_unsatisfied_demoted_and_the_request_never_served() -> None:
     """The binding's fail-closed outcome for a resume whose value differs: an unsatisfied
     reuse naming the restored checkpoint, the claim demoted, the request finished (aborted)."""
-    trace = TraceBuilder(usable_blocks=80).accept("C", two_key=True)
-    trace.store_prefix("C", 4)
-    trace.materialize("C", 4, checkpoint={"boundary": 4, "payload_hash": "p", "value_hash": "v"})
-    resumed = {"boundary": 4, "payload_hash": "p", "value_hash": "w"}
-    trace.admit("r").add(
-        "request_reused",
-        request_id="r",
-        claim_id="C",
-        cached_blocks=4,
-        predicate_satisfied=False,
-        checkpoint=resumed,
-    )
+    trace = resumed_in_place(satisfied=False, value="w")
     trace.claim_event("demoted", "C", reason="state identity not established").finish("r", "abort")
     verdict = check_bytes(trace.ndjson())
     assert verdict.outcome is Outcome.accepted, verdict.reason
