@@ -128,20 +128,33 @@ class HybridCheckpoints:
         return self._captures(scheduler_output), self._verifies(scheduler_output)
 
     def _captures(self, scheduler_output: Any) -> list[CaptureJob]:
-        state = scheduler_output.kv_connector_block_state
-        if state is None:
-            return []
+        """Boundary states this step writes (vLLM's `boundary_state_offloads`), and cached
+        ones a feeder's prefix hit lands on exactly (a claim over an already cached prefix)."""
         wanted = self._wanted_boundaries()
+        if not wanted:
+            return []
+        written = scheduler_output.kv_connector_block_state
+        offered = [
+            (request_id, block_id, tokens)
+            for request_id, entries in (written.boundary_state_offloads.items() if written else ())
+            for group, block_id, tokens in entries
+            if group == self.layout.state_group
+        ]
+        state = self.layout.state_group
+        offered += [
+            (
+                data.req_id,
+                data.block_ids[state][data.num_computed_tokens // self.block_size - 1],
+                data.num_computed_tokens,
+            )
+            for data in scheduler_output.scheduled_new_reqs
+            if data.num_computed_tokens
+        ]
         jobs = []
-        for request_id, entries in state.boundary_state_offloads.items():
-            for group, block_id, tokens in entries:
-                boundary, partial = divmod(tokens, self.block_size)
-                if (
-                    group == self.layout.state_group
-                    and not partial
-                    and boundary in wanted.get(request_id, ())
-                ):
-                    jobs.append(CaptureJob(request_id, block_id, boundary))
+        for request_id, block_id, tokens in offered:
+            boundary, partial = divmod(tokens, self.block_size)
+            if not partial and boundary in wanted.get(request_id, ()):
+                jobs.append(CaptureJob(request_id, block_id, boundary))
         return jobs
 
     def _wanted_boundaries(self) -> dict[str, set[int]]:

@@ -128,6 +128,27 @@ def test_a_silent_resume_serves_a_different_output_and_refinement_rejects_it(
     )
 
 
+def test_a_claim_over_an_already_cached_prefix_records_the_cached_state(lane: Any, tmp_path: Path) -> None:
+    """The submitting request's hit lands on the boundary: no state is written this time, the
+    checkpoint is taken of the cached one, and a resume from it is satisfied."""
+    from kvclaims.lab.hybrid_lane import attach, prompt, submit
+
+    trace = tmp_path / "cached-prefix.ndjson"
+    lane.begin(trace)
+    tokens = prompt(8)
+    lane.generate(tokens)
+    submitted = lane.generate(tokens, claim=submit("claim:cached"))
+    resumed = lane.generate(tokens, claim=attach("claim:cached"))
+    lane.end()
+    assert submitted.cached_tokens == resumed.cached_tokens == STATE_TOKENS
+    assert resumed.token_ids == submitted.token_ids
+    (materialized,) = events(trace, "resident_claim_materialized")
+    (reused,) = events(trace, "request_reused")
+    assert reused["predicate_satisfied"] and reused["checkpoint"] == materialized["checkpoint"]
+    verdict = check_trace(trace)
+    assert verdict.outcome is Outcome.accepted, verdict.reason
+
+
 def test_a_one_key_claim_is_rejected_on_a_hybrid_model(lane: Any, tmp_path: Path) -> None:
     from kvclaims.lab.hybrid_lane import prompt
 
