@@ -414,7 +414,7 @@ def hybrid_demo_stage(out: Path) -> str:
     state_tokens = resume.resumes[0].cached_tokens
     return (
         f"tiny Qwen3-Next (alignment mode): {len(resume.resumes)} resumes from a {state_tokens}-token "
-        f"state equal the cold run (max |d logprob| {resume.max_abs_diff}); a restore that kept "
+        f"state equal the cold run (max |d logit| {resume.max_abs_diff}); a restore that kept "
         f"the payload was caught ({caught.stop_reason}); silent-resume control served a "
         f"{control.served.max_abs_diff(control.cold):.4f}-off first step and was rejected by "
         f"{verdicts['control-silent-resume'].rule}; {lane.start_seconds:.1f} s start, {seconds:.1f} s in all"
@@ -425,7 +425,7 @@ def _hybrid_problems(resume: Any, caught: Any, outcomes: dict[str, str]) -> list
     """What in the hybrid lane's demo run is not as seed 002 requires."""
     problems = []
     if resume.max_abs_diff != 0.0 or any(r.token_ids != resume.cold.token_ids for r in resume.resumes):
-        problems.append(f"a resume differs from the cold run (max |d logprob| {resume.max_abs_diff})")
+        problems.append(f"a resume differs from the cold run (max |d logit| {resume.max_abs_diff})")
     if caught.finish_reason != "abort":
         problems.append(f"the corrupted resume was served ({caught.finish_reason})")
     if outcomes["hybrid-resume"] != "accepted":

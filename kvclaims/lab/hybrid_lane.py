@@ -5,8 +5,8 @@ One engine serves every run (each run starts a fresh arbiter on empty prefix cac
 engine lane does). `run_resume` is seed 002's acceptance test: a cold run of a prompt (another
 cache salt, so nothing is cached), a two-key claim over the prompt's first 2 blocks (320
 tokens: vLLM raises the block size to 160 for this model), then `repeats` resumes of the same
-prompt attached to the claim, each compared with the cold run (tokens and the whole first-step
-log-probability vector, i.e. the logits up to their log-sum-exp), then one resume per seed 002
+prompt attached to the claim, each compared with the cold run (tokens and the first step's raw
+logits over the whole vocabulary: vLLM's `logprobs_mode="raw_logits"`), then one resume per seed 002
 fault on a fresh claim, each of which must be caught. `run_silent_control` runs the negative
 control (`silent_resume`): the corrupted resume is served, and its output is compared with
 the cold run's to show the corruption was real.
@@ -47,16 +47,16 @@ class Output:
 
     cached_tokens: int
     token_ids: tuple[int, ...]
-    first_logprobs: tuple[float, ...]
-    """The first step's log-probability of every vocabulary entry (empty if none came back)."""
+    first_logits: tuple[float, ...]
+    """The first step's raw logit of every vocabulary entry (empty if none came back)."""
     finish_reason: str | None
     stop_reason: str | None
 
     def max_abs_diff(self, other: Output) -> float:
-        """Largest first-step log-probability difference (infinite if either has none)."""
-        if not self.first_logprobs or len(self.first_logprobs) != len(other.first_logprobs):
+        """Largest first-step logit difference (infinite if either has none)."""
+        if not self.first_logits or len(self.first_logits) != len(other.first_logits):
             return float("inf")
-        return max(abs(a - b) for a, b in zip(self.first_logprobs, other.first_logprobs, strict=True))
+        return max(abs(a - b) for a, b in zip(self.first_logits, other.first_logits, strict=True))
 
 
 class HybridLane:
@@ -81,6 +81,7 @@ class HybridLane:
             max_num_seqs=4,
             max_model_len=1024,
             max_logprobs=VOCAB,
+            logprobs_mode="raw_logits",
             seed=0,
             **BindingConfig(checkpoints=True).engine_kwargs(),
         )
@@ -110,7 +111,7 @@ class HybridLane:
     def generate(
         self, tokens: Sequence[int], *, claim: dict[str, Any] | None = None, salt: str | None = None
     ) -> Output:
-        """Run one request to completion (greedy, every first-step log-probability)."""
+        """Run one request to completion (greedy, every first-step logit)."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -126,7 +127,7 @@ class HybridLane:
         return Output(
             cached_tokens=result.num_cached_tokens or 0,
             token_ids=tuple(completion.token_ids),
-            first_logprobs=tuple(first[i].logprob for i in range(VOCAB)) if first else (),
+            first_logits=tuple(first[i].logprob for i in range(VOCAB)) if first else (),
             finish_reason=completion.finish_reason,
             stop_reason=completion.stop_reason if isinstance(completion.stop_reason, str) else None,
         )

@@ -54,7 +54,7 @@ def test_a_resumed_request_gives_the_cold_runs_first_step_logits_and_tokens(resu
     for output in resume.resumes:
         assert output.cached_tokens == STATE_TOKENS, "the resume restored the claim's state"
         assert output.token_ids == resume.cold.token_ids
-        assert len(output.first_logprobs) == 512
+        assert len(output.first_logits) == 512
     assert resume.cold.cached_tokens == 0
     assert resume.max_abs_diff == 0.0
 
@@ -115,7 +115,7 @@ def test_a_silent_resume_serves_a_different_output_and_refinement_rejects_it(
     lane: Any, tmp_path: Path
 ) -> None:
     """The negative control: the corrupted state is served as a satisfied reuse. Its first-step
-    log-probabilities differ from the cold run's (the fault is real), and refinement rejects
+    logits differ from the cold run's (the fault is real), and refinement rejects
     the trace under the two-key rule."""
     from kvclaims.lab.hybrid_lane import run_silent_control
 
