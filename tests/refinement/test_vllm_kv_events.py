@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 import pytest
 import yaml
+from support.kv_registry import BLOCK, TOKENS, registry, write_registry
 
 from kvclaims.refinement import ErrorClass, Outcome, check_trace
 from kvclaims.refinement.evidence import evidence_items
@@ -24,41 +25,6 @@ from kvclaims.spec.tables import DEPTH_SUPPLIES
 from kvclaims.spec.vocabulary import AdapterDepth, TelemetryJoinPrecondition
 
 P = TelemetryJoinPrecondition
-BLOCK = 4
-TOKENS = list(range(100, 108))  # two blocks of four tokens
-
-
-def registry(**overrides: Any) -> dict[str, Any]:
-    claim = {
-        "claim_id": "claim:sys",
-        "owner_scope": "tenant-a",
-        "object_id": "prefix:sys",
-        "mode": "best_effort",
-        "predicate": {"kind": "leading_prefix_at_least", "blocks": 2},
-        "footprint_blocks": 2,
-        "registered_before_seq": 0,
-        "token_map": {"tokenizer": "tok@rev1", "token_ids": TOKENS},
-    }
-    document = {
-        "kvclaims_registry": 1,
-        "observation_point": "end of each KVEventBatch (ZMQ publisher)",
-        "medium": "GPU",
-        "cache_identity": {
-            "cache_key_domain": "vllm-prefix",
-            "model_id": "tiny@rev1",
-            "token_hash_domain": "sha256_cbor",
-            "block_size": BLOCK,
-            "kv_format": "auto",
-        },
-        "request_ids": ["req-1"],
-        "claims": [claim],
-    }
-    for key, value in overrides.items():
-        if key.startswith("claim."):
-            claim[key.removeprefix("claim.")] = value
-        else:
-            document[key] = value
-    return document
 
 
 def stored(
@@ -113,9 +79,7 @@ def json_capture(items: list[tuple[int, list[dict[str, Any]]]]) -> bytes:
 def run(tmp_path: Path, capture: bytes, document: dict[str, Any], suffix: str = ".kvevents"):
     trace = tmp_path / f"capture{suffix}"
     trace.write_bytes(capture)
-    reg = tmp_path / "registry.yaml"
-    reg.write_text(yaml.safe_dump(document))
-    return check_trace(trace, registry=reg)
+    return check_trace(trace, registry=write_registry(tmp_path, document))
 
 
 @pytest.mark.parametrize("form", ["msgpack", "json"])
