@@ -1,9 +1,9 @@
 """SGLang KV events joined with an external claim registry, at telemetry_join depth.
 
-`data/runtimes/sglang-0.5.23.kvevents` was recorded by `tools/sglang_capture.py`: SGLang
-0.5.23's own `KVEventBatch` / `BlockStored` classes serialized the batches and its own
-`ZmqEventPublisher` sent them to kvclaims's loopback capture (SGLang's engine does not run on
-these machines; its event module does). The variants below are encoded here in the same form;
+`descriptors/evidence/runtime-kv-events/sglang-0.5.23.kvevents` was recorded by
+`tools/sglang_capture.py`: SGLang 0.5.23's own `KVEventBatch` / `BlockStored` classes
+serialized the batches and its own `ZmqEventPublisher` sent them to kvclaims's loopback
+capture (SGLang's engine does not run on these machines; its event module does). The variants below are encoded here in the same form;
 `test_the_hand_encoding_is_sglangs_own` shows that form reproduces SGLang's bytes exactly.
 Every telemetry-join precondition has a case that breaks it, and each fails closed.
 """
@@ -26,7 +26,7 @@ from kvclaims.spec.tables import DEPTH_SUPPLIES
 from kvclaims.spec.vocabulary import AdapterDepth, TelemetryJoinPrecondition
 
 P = TelemetryJoinPrecondition
-DATA = Path(__file__).parent / "data" / "runtimes"
+DATA = Path(__file__).resolve().parents[2] / "descriptors" / "evidence" / "runtime-kv-events"
 CAPTURE = DATA / "sglang-0.5.23.kvevents"
 REGISTRY = DATA / "claim-sys.registry.yaml"
 H0, H1, OTHER = 0x1111, 0x2222, 0x3333

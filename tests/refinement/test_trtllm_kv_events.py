@@ -1,8 +1,8 @@
 """TensorRT-LLM KV cache events joined with an external claim registry, at telemetry_join depth.
 
 TensorRT-LLM neither installs nor runs on these CPU machines and its serializer works on its
-C++ bindings' objects, so `data/runtimes/trtllm-serializer.jsonl` is hand-built in the exact
-form `KVCacheEventSerializer.to_json_str` returns (tensorrt_llm/_utils.py, commit
+C++ bindings' objects, so `descriptors/evidence/runtime-kv-events/trtllm-serializer.jsonl` is
+hand-built in the exact form `KVCacheEventSerializer.to_json_str` returns (tensorrt_llm/_utils.py, commit
 ed53795b33fc139493f762a1c6c53f691cf52d38), one event a line. Every telemetry-join
 precondition has a case that breaks it, and each fails closed.
 """
@@ -24,7 +24,7 @@ from kvclaims.spec.tables import DEPTH_SUPPLIES
 from kvclaims.spec.vocabulary import AdapterDepth, TelemetryJoinPrecondition
 
 P = TelemetryJoinPrecondition
-DATA = Path(__file__).parent / "data" / "runtimes"
+DATA = Path(__file__).resolve().parents[2] / "descriptors" / "evidence" / "runtime-kv-events"
 CAPTURE = DATA / "trtllm-serializer.jsonl"
 REGISTRY = DATA / "claim-sys.registry.yaml"
 B0, B1 = 5023410988123, 7781234001
