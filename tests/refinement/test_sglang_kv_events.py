@@ -3,9 +3,10 @@
 `descriptors/evidence/runtime-kv-events/sglang-0.5.23.kvevents` was recorded by
 `tools/sglang_capture.py`: SGLang 0.5.23's own `KVEventBatch` / `BlockStored` classes
 serialized the batches and its own `ZmqEventPublisher` sent them to kvclaims's loopback
-capture (SGLang's engine does not run on these machines; its event module does). The variants below are encoded here in the same form;
-`test_the_hand_encoding_is_sglangs_own` shows that form reproduces SGLang's bytes exactly.
-Every telemetry-join precondition has a case that breaks it, and each fails closed.
+capture (SGLang's engine does not run on these machines; its event module does). The variants
+below are encoded here in the same form; `test_the_hand_encoding_is_sglangs_own` shows that
+form reproduces SGLang's bytes exactly. Every telemetry-join precondition has a case that
+breaks it, and each fails closed.
 """
 
 from __future__ import annotations
