@@ -17,11 +17,10 @@ from typing import Any
 
 import msgspec
 import pytest
-from support.kv_registry import TOKENS, registry, write_registry
+from support.kv_registry import REGISTRY_BROKEN, TOKENS, claim_observations, registry, write_registry
 
 from kvclaims.refinement import ErrorClass, Outcome, check_trace
 from kvclaims.refinement.abstractions.sglang_kv_events import SglangKvEventsSource
-from kvclaims.refinement.decoding import EVENT_NAME
 from kvclaims.refinement.evidence import evidence_items
 from kvclaims.spec.tables import DEPTH_SUPPLIES
 from kvclaims.spec.vocabulary import AdapterDepth, TelemetryJoinPrecondition
@@ -98,32 +97,16 @@ def test_the_claim_is_observed_where_the_scenario_puts_it() -> None:
     medium: no change); frame 4 evicts page 1 from the GPU (lost, 1 leading block); frame 5
     stores it again (materialized); frame 6 clears the cache (lost, 0)."""
     with CAPTURE.open("rb") as stream:
-        observed = [
-            (line, EVENT_NAME[type(e)], e.leading_blocks)
-            for line, _, e in SglangKvEventsSource(stream, registry=REGISTRY).events()
-            if EVENT_NAME[type(e)] in ("resident_claim_materialized", "resident_claim_lost")
+        assert claim_observations(SglangKvEventsSource(stream, registry=REGISTRY)) == [
+            (1, "resident_claim_materialized", 2),
+            (4, "resident_claim_lost", 1),
+            (5, "resident_claim_materialized", 2),
+            (6, "resident_claim_lost", 0),
         ]
-    assert observed == [
-        (1, "resident_claim_materialized", 2),
-        (4, "resident_claim_lost", 1),
-        (5, "resident_claim_materialized", 2),
-        (6, "resident_claim_lost", 0),
-    ]
 
 
 BROKEN: dict[str, tuple[TelemetryJoinPrecondition, dict[str, Any], list[list[dict[str, Any]]] | None]] = {
     "post-hoc registration": (P.external_claim_registry, {"claim.registered_before_seq": 3}, None),
-    "claim id equals a request id": (P.stable_claim_id, {"request_ids": ["claim:sys"]}, None),
-    "predicate longer than footprint": (
-        P.fixed_materialization_predicate,
-        {"claim.predicate": {"kind": "leading_prefix_at_least", "blocks": 3}},
-        None,
-    ),
-    "token map too short": (
-        P.deterministic_request_token_map,
-        {"claim.token_map": {"tokenizer": "t", "token_ids": [1]}},
-        None,
-    ),
     "page size differs from the registry's block size": (
         P.fixed_cache_identity,
         {},
@@ -169,6 +152,7 @@ BROKEN: dict[str, tuple[TelemetryJoinPrecondition, dict[str, Any], list[list[dic
         [[stored([H0], TOKENS[:4])], [stored([H0], [9, 9, 9, 9])]],
     ),
 }
+BROKEN |= {name: (p, overrides, None) for name, (p, overrides) in REGISTRY_BROKEN.items()}
 
 
 @pytest.mark.parametrize("name", sorted(BROKEN))

@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.kv_registry import TOKENS, registry, write_registry
+from support.kv_registry import REGISTRY_BROKEN, TOKENS, claim_observations, registry, write_registry
 
 from kvclaims.refinement import ErrorClass, Outcome, check_trace
 from kvclaims.refinement.abstractions.trtllm_kv_events import TrtllmKvEventsSource
-from kvclaims.refinement.decoding import EVENT_NAME
 from kvclaims.refinement.evidence import evidence_items
 from kvclaims.spec.tables import DEPTH_SUPPLIES
 from kvclaims.spec.vocabulary import AdapterDepth, TelemetryJoinPrecondition
@@ -73,17 +72,12 @@ def test_cache_level_updates_move_the_claims_block_between_tiers() -> None:
     the secondary level (lost, 1 block); line 5 brings it back (materialized); line 6 is a
     priority change (nothing); line 7 removes block 1 (lost)."""
     with CAPTURE.open("rb") as stream:
-        observed = [
-            (line, EVENT_NAME[type(e)], e.leading_blocks)
-            for line, _, e in TrtllmKvEventsSource(stream, registry=REGISTRY).events()
-            if EVENT_NAME[type(e)] in ("resident_claim_materialized", "resident_claim_lost")
+        assert claim_observations(TrtllmKvEventsSource(stream, registry=REGISTRY)) == [
+            (2, "resident_claim_materialized", 2),
+            (4, "resident_claim_lost", 1),
+            (5, "resident_claim_materialized", 2),
+            (7, "resident_claim_lost", 1),
         ]
-    assert observed == [
-        (2, "resident_claim_materialized", 2),
-        (4, "resident_claim_lost", 1),
-        (5, "resident_claim_materialized", 2),
-        (7, "resident_claim_lost", 1),
-    ]
 
 
 def _with_gap() -> list[dict[str, Any]]:
@@ -100,17 +94,6 @@ def _with(index: int, **changes: Any) -> list[dict[str, Any]]:
 
 BROKEN: dict[str, tuple[TelemetryJoinPrecondition, dict[str, Any], list[dict[str, Any]] | None]] = {
     "post-hoc registration": (P.external_claim_registry, {"claim.registered_before_seq": 2}, None),
-    "claim id equals a request id": (P.stable_claim_id, {"request_ids": ["claim:sys"]}, None),
-    "predicate longer than footprint": (
-        P.fixed_materialization_predicate,
-        {"claim.predicate": {"kind": "leading_prefix_at_least", "blocks": 3}},
-        None,
-    ),
-    "token map too short": (
-        P.deterministic_request_token_map,
-        {"claim.token_map": {"tokenizer": "t", "token_ids": [1]}},
-        None,
-    ),
     "tokens per block differ from the registry's": (
         P.fixed_cache_identity,
         {},
@@ -155,6 +138,7 @@ BROKEN: dict[str, tuple[TelemetryJoinPrecondition, dict[str, Any], list[dict[str
         [e | {"attention_dp_rank": e["event_id"] % 2} for e in events()],
     ),
 }
+BROKEN |= {name: (p, overrides, None) for name, (p, overrides) in REGISTRY_BROKEN.items()}
 
 
 @pytest.mark.parametrize("name", sorted(BROKEN))

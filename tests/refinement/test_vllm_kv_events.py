@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 import pytest
 import yaml
-from support.kv_registry import BLOCK, TOKENS, registry, write_registry
+from support.kv_registry import BLOCK, REGISTRY_BROKEN, TOKENS, registry, write_registry
 
 from kvclaims.refinement import ErrorClass, Outcome, check_trace
 from kvclaims.refinement.evidence import evidence_items
@@ -106,17 +106,6 @@ BROKEN: dict[
     str, tuple[TelemetryJoinPrecondition, dict[str, Any], list[tuple[int, list[dict[str, Any]]]] | None]
 ] = {
     "post-hoc registration": (P.external_claim_registry, {"claim.registered_before_seq": 5}, None),
-    "claim id equals a request id": (P.stable_claim_id, {"request_ids": ["claim:sys"]}, None),
-    "predicate longer than footprint": (
-        P.fixed_materialization_predicate,
-        {"claim.predicate": {"kind": "leading_prefix_at_least", "blocks": 3}},
-        None,
-    ),
-    "token map too short": (
-        P.deterministic_request_token_map,
-        {"claim.token_map": {"tokenizer": "t", "token_ids": [1]}},
-        None,
-    ),
     "block size differs": (
         P.fixed_cache_identity,
         {},
@@ -144,6 +133,7 @@ BROKEN: dict[
         [(0, [stored([b"\x01" * 8], TOKENS[:4])]), (1, [stored([b"\x01" * 8], [9, 9, 9, 9])])],
     ),
 }
+BROKEN |= {name: (p, overrides, None) for name, (p, overrides) in REGISTRY_BROKEN.items()}
 
 
 @pytest.mark.parametrize("name", sorted(BROKEN))

@@ -8,6 +8,9 @@ from typing import Any
 
 import yaml
 
+from kvclaims.refinement.decoding import EVENT_NAME
+from kvclaims.spec.vocabulary import TelemetryJoinPrecondition
+
 BLOCK = 4
 TOKENS = list(range(100, 108))  # two blocks of four tokens
 
@@ -54,3 +57,31 @@ def write_registry(directory: Path, document: dict[str, Any]) -> Path:
     path = directory / "registry.yaml"
     path.write_text(yaml.safe_dump(document))
     return path
+
+
+REGISTRY_BROKEN: dict[str, tuple[TelemetryJoinPrecondition, dict[str, Any]]] = {
+    "claim id equals a request id": (
+        TelemetryJoinPrecondition.stable_claim_id,
+        {"request_ids": ["claim:sys"]},
+    ),
+    "predicate longer than footprint": (
+        TelemetryJoinPrecondition.fixed_materialization_predicate,
+        {"claim.predicate": {"kind": "leading_prefix_at_least", "blocks": 3}},
+    ),
+    "token map too short": (
+        TelemetryJoinPrecondition.deterministic_request_token_map,
+        {"claim.token_map": {"tokenizer": "t", "token_ids": [1]}},
+    ),
+}
+"""Registries that break a precondition whatever the events (every reader must refuse them):
+name -> (the precondition, the `registry()` overrides)."""
+
+
+def claim_observations(source: Any) -> list[tuple[int, str, int]]:
+    """`(line, event, leading_blocks)` of each materialization and loss a source's join yields."""
+    observed = []
+    for line, _, event in source.events():
+        name = EVENT_NAME[type(event)]
+        if name in ("resident_claim_materialized", "resident_claim_lost"):
+            observed.append((line, name, event.leading_blocks))
+    return observed

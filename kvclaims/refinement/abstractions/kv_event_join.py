@@ -122,6 +122,34 @@ def hash_text(value: Any, line: int) -> str:
     return f"int:{value}" if isinstance(value, int) else f"str:{value}"
 
 
+def wire_stored(
+    hashes: Sequence[Any],
+    parent: Any,
+    token_ids: Sequence[int],
+    block_size: int,
+    medium: str,
+    adapter: str | None,
+    foreign_namespace: Sequence[str | None],
+    line: int,
+) -> Stored:
+    """A `Stored` from a ZMQ publisher's `BlockStored` fields (hashes as on the wire)."""
+    return Stored(
+        hashes=[hash_text(h, line) for h in hashes],
+        parent=None if parent is None else hash_text(parent, line),
+        token_ids=token_ids,
+        block_size=block_size,
+        medium=medium,
+        adapter=adapter,
+        foreign_namespace=foreign_namespace,
+    )
+
+
+def wire_medium(value: str | None) -> str:
+    """A ZMQ publisher's `medium` as a medium name: absent is the device (vLLM's and SGLang's
+    default), names compare case-insensitively with the registry's."""
+    return (value or "GPU").lower()
+
+
 def undecidable(precondition: TelemetryJoinPrecondition, message: str, line: int | None) -> Undecidable:
     return Undecidable(
         Finding(
@@ -296,15 +324,7 @@ class Join:
         if block_id is None:
             block_id = self.block_ids[text] = self._next_block_id
             self._next_block_id += 1
-        step: dict[str, Any] = {
-            "event": "block_stored",
-            "block_id": block_id,
-            "block_hash": text,
-            "cache_level": medium,
-        }
-        if owner is not None:
-            step |= {"claim_id": owner[0], "position": owner[1]}
-        return step
+        return _block_step("block_stored", block_id, text, medium, owner)
 
     def _moved(self, seq: int, record: Moved, line: int) -> list[dict[str, Any]]:
         known = self.content.get(f"{record.source}:{record.hash}")
@@ -344,17 +364,9 @@ class Join:
             self.content.pop(text, None)
             if block_id is None:
                 continue
-            step: dict[str, Any] = {
-                "event": "block_removed",
-                "block_id": block_id,
-                "block_hash": text,
-                "cache_level": medium,
-            }
-            if owner is not None:
-                step |= {"claim_id": owner[0], "position": owner[1]}
-                if medium == self.medium:
-                    self.present[owner[0]].discard(owner[1])
-            steps.append(step)
+            if owner is not None and medium == self.medium:
+                self.present[owner[0]].discard(owner[1])
+            steps.append(_block_step("block_removed", block_id, text, medium, owner))
         return steps
 
     def _observe(self) -> list[dict[str, Any]]:
@@ -376,6 +388,15 @@ class Join:
                     {"event": "resident_claim_lost", "claim_id": claim_id, "leading_blocks": leading}
                 )
         return steps
+
+
+def _block_step(
+    event: str, block_id: int, text: str, medium: str, owner: tuple[str, int] | None
+) -> dict[str, Any]:
+    step: dict[str, Any] = {"event": event, "block_id": block_id, "block_hash": text, "cache_level": medium}
+    if owner is not None:
+        step |= {"claim_id": owner[0], "position": owner[1]}
+    return step
 
 
 def _accepted(claim: RegisteredClaim) -> dict[str, Any]:

@@ -45,10 +45,11 @@ from kvclaims.refinement.abstractions.kv_event_join import (
     P,
     Record,
     Removed,
-    Stored,
     hash_text,
     read_frames,
     undecidable,
+    wire_medium,
+    wire_stored,
 )
 
 FORMAT = "sglang-kv-events"
@@ -83,10 +84,6 @@ class _EventBatch(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
     attn_dp_rank: int | None = None
 
 
-def _medium(value: str | None) -> str:
-    return (value or "GPU").lower()
-
-
 def _records(batch: _EventBatch, namespace: str, line: int) -> list[Record]:
     records: list[Record] = []
     for event in batch.events:
@@ -97,20 +94,21 @@ def _records(batch: _EventBatch, namespace: str, line: int) -> list[Record]:
             salt = event.cache_salt or ""
             foreign = None if salt == namespace else f"cache_salt {event.cache_salt!r}"
             records.append(
-                Stored(
-                    hashes=[hash_text(h, line) for h in event.block_hashes],
-                    parent=None
-                    if event.parent_block_hash is None
-                    else hash_text(event.parent_block_hash, line),
-                    token_ids=event.token_ids,
-                    block_size=event.block_size,
-                    medium=_medium(event.medium),
-                    adapter=adapter,
-                    foreign_namespace=[foreign] * len(event.block_hashes),
+                wire_stored(
+                    event.block_hashes,
+                    event.parent_block_hash,
+                    event.token_ids,
+                    event.block_size,
+                    wire_medium(event.medium),
+                    adapter,
+                    [foreign] * len(event.block_hashes),
+                    line,
                 )
             )
         elif isinstance(event, _BlockRemoved):
-            records.append(Removed([hash_text(h, line) for h in event.block_hashes], _medium(event.medium)))
+            records.append(
+                Removed([hash_text(h, line) for h in event.block_hashes], wire_medium(event.medium))
+            )
         else:
             records.append(Cleared(None))
     return records

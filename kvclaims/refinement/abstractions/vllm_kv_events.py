@@ -33,11 +33,12 @@ from kvclaims.refinement.abstractions.kv_event_join import (
     P,
     Record,
     Removed,
-    Stored,
     first_frame,
     hash_text,
     read_frames,
     undecidable,
+    wire_medium,
+    wire_stored,
 )
 from kvclaims.refinement.reader import decode_json, exact_document, parse_error, read_lines
 
@@ -133,26 +134,23 @@ def _records(batch: _Batch | _ArrayBatch, namespace: str, line: int) -> list[Rec
                     "read it with --format sglang-kv-events",
                     line,
                 )
-            medium = (event.medium or "GPU").lower()
+            foreign = [_foreign_namespace(event, i, namespace) for i in range(len(event.block_hashes))]
             records.append(
-                Stored(
-                    hashes=[hash_text(h, line) for h in event.block_hashes],
-                    parent=None
-                    if event.parent_block_hash is None
-                    else hash_text(event.parent_block_hash, line),
-                    token_ids=event.token_ids,
-                    block_size=event.block_size,
-                    medium=medium,
-                    adapter=event.lora_name,
-                    foreign_namespace=[
-                        _foreign_namespace(event, index, namespace)
-                        for index in range(len(event.block_hashes))
-                    ],
+                wire_stored(
+                    event.block_hashes,
+                    event.parent_block_hash,
+                    event.token_ids,
+                    event.block_size,
+                    wire_medium(event.medium),
+                    event.lora_name,
+                    foreign,
+                    line,
                 )
             )
         elif isinstance(event, _BlockRemoved):
-            medium = (event.medium or "GPU").lower()
-            records.append(Removed([hash_text(h, line) for h in event.block_hashes], medium))
+            records.append(
+                Removed([hash_text(h, line) for h in event.block_hashes], wire_medium(event.medium))
+            )
         else:  # AllBlocksCleared: the device prefix cache was reset
             records.append(Cleared("gpu"))
     return records
