@@ -126,6 +126,14 @@ def run(args: argparse.Namespace) -> int:
     if not files:
         stderr_console().print("[bold red]error:[/] no trace files found")
         return EXIT_CODES["invalid"]
+    if args.ray not in (None, fanout.LOCAL) and Path(args.ray).exists():
+        raise InputError(
+            [
+                Problem(
+                    "--ray", f"ADDRESS {args.ray} is a path: put --ray after the traces, or give an address"
+                )
+            ]
+        )
     jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
     options = CheckOptions(args.format, args.registry, args.strict, args.open)
     verdicts: list[TraceVerdict] = []

@@ -26,11 +26,13 @@ pytestmark = [
 
 GENERATED = 64
 EVENTS = 1_500
+RUNTIME_CAPTURES = Path(__file__).resolve().parents[2] / "descriptors" / "evidence" / "runtime-kv-events"
 
 
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    """The seed corpus (when present) and 64 generated traces, one with its last line cut."""
+    """The seed corpus (when present), 64 generated traces (one with its last line cut) and a
+    TensorRT-LLM KV-event capture (joined with the registry every run is given)."""
     directory = tmp_path_factory.mktemp("generated")
     for seed in range(GENERATED):
         with (directory / f"generated-{seed:03d}.ndjson").open("wb") as out:
@@ -38,17 +40,20 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     cut = directory / "generated-007.ndjson"
     cut.write_bytes(cut.read_bytes()[:-40])  # its last line cut: invalid
     corpus = default_corpus()
-    return trace_files([directory, *([corpus] if corpus.is_dir() else [])])
+    capture = RUNTIME_CAPTURES / "trtllm-serializer.jsonl"
+    return trace_files([directory, capture, *([corpus] if corpus.is_dir() else [])])
 
 
 def test_ray_verdicts_are_the_local_verdicts_in_file_order(traces: list[Path]) -> None:
-    local = [v.to_json() for v in check_files(traces, jobs=2)]
-    argv = [sys.executable, "-m", "kvclaims", "check", "--ray", "--jobs", "2", "--json", *map(str, traces)]
-    done = run_in_loopback(argv, timeout=400)
+    registry = RUNTIME_CAPTURES / "claim-sys.registry.yaml"
+    local = [v.to_json() for v in check_files(traces, jobs=2, registry=registry)]
+    argv = [sys.executable, "-m", "kvclaims", "check", "--ray", "--jobs", "2", "--json"]
+    done = run_in_loopback([*argv, "--registry", str(registry), *map(str, traces)], timeout=400)
     on_ray = [json.loads(line) for line in done.stdout.decode().splitlines()]
     assert on_ray == local, done.stderr.decode()[-2000:]
     assert len(on_ray) == len(traces) >= GENERATED
     assert {v["outcome"] for v in on_ray} >= {"accepted", "invalid"}
+    assert "trtllm-kv-events" in {v["format"] for v in on_ray}
     assert done.returncode == 2  # the exit code of the worst outcome (invalid), as a local run's
 
 

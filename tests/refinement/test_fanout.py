@@ -58,3 +58,14 @@ def test_a_cluster_that_sees_other_files_or_runs_another_kvclaims_is_refused(tmp
         fanout._check_seen((trace,), fanout._Seen(version, (-1,)), version)
     with pytest.raises(InputError, match=r"kvclaims 0\.0\.0"):
         fanout._check_seen((trace,), fanout._Seen("0.0.0", (10,)), version)
+
+
+def test_a_path_taken_for_the_ray_address_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--ray` takes an optional value, so `check --ray DIR` would read DIR as the address."""
+    from kvclaims.cli import main
+
+    (tmp_path / "t.ndjson").write_bytes(TraceBuilder(usable_blocks=8).accept("C").ndjson())
+    assert main(["check", "--ray", str(tmp_path), str(tmp_path / "t.ndjson")]) == 2
+    assert "put --ray after the traces" in capsys.readouterr().err
