@@ -47,6 +47,10 @@ def stored(*blocks: dict[str, Any], parent: int | None = None) -> dict[str, Any]
     return {"type": "stored", "parent_hash": parent, "blocks": list(blocks)}
 
 
+def _diff(new: int, old: int) -> dict[str, Any]:
+    return {"type": "event_diff", "new_value": new, "old_value": old}
+
+
 def capture(datas: list[dict[str, Any]], **envelope: Any) -> list[dict[str, Any]]:
     return [{"event_id": i, "data": d, "window_size": 4096, **envelope} for i, d in enumerate(datas)]
 
@@ -130,6 +134,16 @@ BROKEN: dict[str, tuple[TelemetryJoinPrecondition, dict[str, Any], list[dict[str
         P.ambiguity_fails_closed,
         {},
         capture([stored(block(B0, TOKENS[:4])), stored(block(B0, [9, 9, 9, 9]))]),
+    ),
+    "a move from a tier the block is not on": (
+        P.ambiguity_fails_closed,
+        {},
+        capture(
+            [
+                stored(block(B0, TOKENS[:4], level=1)),
+                {"type": "updated", "block_hash": B0, "cache_level": _diff(1, 0), "priority": None},
+            ]
+        ),
     ),
     "two window sizes": (P.ambiguity_fails_closed, {}, _with(3, window_size=512)),
     "two attention-DP ranks": (

@@ -329,6 +329,13 @@ class Join:
     def _moved(self, seq: int, record: Moved, line: int) -> list[dict[str, Any]]:
         known = self.content.get(f"{record.source}:{record.hash}")
         if known is None:
+            elsewhere = sorted(m for m in self.media if f"{m}:{record.hash}" in self.content)
+            if elsewhere:
+                raise undecidable(
+                    P.ambiguity_fails_closed,
+                    f"block {record.hash} moves from {record.source}, but the stream holds it on {elsewhere}",
+                    line,
+                )
             return []  # a block this stream never stored: like the removal of one, no step
         parent, tokens, foreign = known
         steps = self._removed([f"{record.source}:{record.hash}"])
