@@ -179,6 +179,9 @@ class Join:
         """Every medium a block was stored on."""
         self.present: dict[str, set[int]] = {c: set() for c in self.claims}
         self.materialized: set[str] = set()
+        self.changed: set[str] = set()
+        """Claims whose present blocks changed since the last observation point."""
+        self.order = {claim_id: index for index, claim_id in enumerate(self.claims)}
         self.rank: int | None = None
         self._check_registry()
 
@@ -320,6 +323,7 @@ class Join:
                 )
             if medium == self.medium:
                 self.present[claim_id].add(position)
+                self.changed.add(claim_id)
         block_id = self.block_ids.get(text)
         if block_id is None:
             block_id = self.block_ids[text] = self._next_block_id
@@ -373,13 +377,16 @@ class Join:
                 continue
             if owner is not None and medium == self.medium:
                 self.present[owner[0]].discard(owner[1])
+                self.changed.add(owner[0])
             steps.append(_block_step("block_removed", block_id, text, medium, owner))
         return steps
 
     def _observe(self) -> list[dict[str, Any]]:
         """The named observation point: materialization and loss at the end of a batch."""
         steps = []
-        for claim_id, present in self.present.items():
+        changed, self.changed = self.changed, set()
+        for claim_id in sorted(changed, key=self.order.__getitem__):  # registry order
+            present = self.present[claim_id]
             leading = 0
             while leading in present:
                 leading += 1
