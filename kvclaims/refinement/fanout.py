@@ -4,7 +4,7 @@ A *unit* is whatever one call of the work function checks: one trace, or a group
 must be judged together (the per-engine streams of one fleet). The work function is a
 module-level function (picklable) of one unit; it must be deterministic, so that the verdicts do
 not depend on where a unit ran. `stream` yields the results in the order of the units whatever
-order they finish in (`stream`), and calls `on_done` once per unit yielded.
+order they finish in, and calls `on_done` once per unit yielded.
 
 Three places run units:
 
@@ -14,9 +14,10 @@ Three places run units:
   per cluster CPU in flight, each result fetched in unit order as soon as it and those before
   it are done (streamed: the driver never holds more than the in-flight window). `"local"`
   starts a cluster in this process (`ray.init` with `num_cpus=jobs`, no dashboard) and stops
-  it afterwards; any other address joins that cluster. Ray listens on every interface of the
-  machine whatever address it is given: run a local cluster only where that is acceptable (the
-  project's tests run it inside a loopback-only network namespace).
+  it afterwards; any other address joins that cluster. A process already connected to Ray
+  (`ray.is_initialized()`) uses its cluster whatever the address, and keeps it. Ray listens on
+  every interface of the machine whatever address it is given: run a local cluster only where
+  that is acceptable (the project's tests run it inside a loopback-only network namespace).
 
 On a cluster, the workers read the files themselves: every node must see the same paths (a
 shared filesystem) and run the same kvclaims. Both are checked: each task returns the kvclaims
