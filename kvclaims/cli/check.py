@@ -205,9 +205,10 @@ def stream_verdicts(
         for path in files:
             # a byte bar per large file only when no bar over the traces is live (rich shows one)
             with _progress(path, alone=on_done is None) as progress:
-                yield _check_one(path, options, progress)
+                verdict = _check_one(path, options, progress)
             if on_done is not None:
                 on_done()
+            yield verdict
         return
     work = functools.partial(check_unit, options)
     units = [(path,) for path in files]
@@ -236,12 +237,8 @@ def check_unit(options: CheckOptions, unit: fanout.Unit) -> tuple[TraceVerdict, 
 def _check_one(path: Path, options: CheckOptions, progress: Any = None) -> TraceVerdict:
     from kvclaims.refinement.api import check_source, check_trace
 
-    format, registry, strict, open_prefix = (
-        options.format,
-        options.registry,
-        options.strict,
-        options.open_prefix,
-    )
+    format, registry, strict = options.format, options.registry, options.strict
+    open_prefix = options.open_prefix
     if path != STDIN:
         return check_trace(
             path, format=format, registry=registry, progress=progress, strict=strict, open=open_prefix
