@@ -184,10 +184,10 @@ def main() -> None:
             seconds, verdict = best(path, args.repeat, format=fmt, registry=reg)
             if verdict.outcome != "accepted":
                 raise SystemExit(f"{fmt}: {verdict.outcome}: {verdict.reason}")
-            steps = verdict.events
+            steps = verdict.steps
             print(
-                f"{fmt}: {args.events} records, {verdict.events} steps in {seconds:.3f} s: "
-                f"{args.events / seconds:,.0f} records/s, {verdict.events / seconds:,.0f} steps/s"
+                f"{fmt}: {verdict.events} records, {verdict.steps} steps in {seconds:.3f} s: "
+                f"{verdict.events / seconds:,.0f} records/s, {verdict.steps / seconds:,.0f} steps/s"
             )
         v1 = root / "generated.ndjson"
         with v1.open("wb") as out:
