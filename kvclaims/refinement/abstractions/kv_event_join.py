@@ -18,8 +18,9 @@ All nine preconditions of seed 000 table 5 are checked and every ambiguity fails
 duplicate claim ids or owners, a claim id equal to a request id, one object id for two token
 maps, a block size, adapter or namespace that differs from the registry's cache identity, a
 claim registered after a batch that already joins it (post-hoc naming), a gap in the batch
-numbers, a hash stored twice with different content, events from more than one data-parallel
-rank, and a block that joins two claims.
+numbers, a hash stored twice with different content, and events from more than one
+data-parallel rank. A block never joins two claims: two claims whose prefixes begin with the
+same block (duplicate owners) fail at registration, and a child block joins its parent's claim.
 """
 
 from __future__ import annotations
@@ -168,6 +169,8 @@ class Join:
         self.claims = {claim.claim_id: claim for claim in registry.claims}
         self.required = {c.claim_id: c.predicate.required_blocks(self.block_size) for c in registry.claims}
         self.blocks_of: dict[str, list[tuple[int, ...]]] = {}
+        self.owner_of_root: dict[tuple[int, ...], str] = {}
+        """A claim's first block's tokens -> the claim (unique: a second owner fails closed)."""
         self.joined: dict[str, tuple[str, int]] = {}
         self.content: dict[str, tuple[str | None, tuple[int, ...], str | None]] = {}
         """Medium-qualified hash -> (parent hash, tokens, foreign namespace) it was stored with."""
@@ -215,13 +218,13 @@ class Join:
             bs = self.block_size
             blocks = [tuple(tokens[i * bs : (i + 1) * bs]) for i in range(claim.footprint_blocks)]
             self.blocks_of[claim.claim_id] = blocks
-            for other, other_blocks in self.blocks_of.items():
-                if other != claim.claim_id and other_blocks[0] == blocks[0]:
-                    raise undecidable(
-                        P.ambiguity_fails_closed,
-                        f"{other} and {claim.claim_id} own the same leading block (duplicate owner)",
-                        None,
-                    )
+            other = self.owner_of_root.setdefault(blocks[0], claim.claim_id)
+            if other != claim.claim_id:
+                raise undecidable(
+                    P.ambiguity_fails_closed,
+                    f"{other} and {claim.claim_id} own the same leading block (duplicate owner)",
+                    None,
+                )
 
     def accepted_steps(self) -> list[dict[str, Any]]:
         return [_accepted(claim) for claim in self.registry.claims]
@@ -303,7 +306,7 @@ class Join:
                 P.ambiguity_fails_closed, f"block {text} stored twice with different content", line
             )
         self.content[text] = (parent, tokens, foreign)
-        owner = self._join(text, None if parent is None else f"{medium}:{parent}", tokens, line)
+        owner = self._join(text, None if parent is None else f"{medium}:{parent}", tokens)
         if owner is not None:
             claim_id, position = owner
             registered = self.claims[claim_id].registered_before_seq
@@ -346,25 +349,23 @@ class Join:
         steps.append(self._store_one(seq, record.target, record.hash, parent, tokens, foreign, line))
         return steps
 
-    def _join(
-        self, text: str, parent: str | None, tokens: tuple[int, ...], line: int
-    ) -> tuple[str, int] | None:
+    def _join(self, text: str, parent: str | None, tokens: tuple[int, ...]) -> tuple[str, int] | None:
+        """The claim and position a block joins, if any. At most one: a root block's owner is
+        unique (a duplicate owner fails at registration) and a child joins its parent's claim."""
+        owner = None
         if parent is None:
-            owners = [(c, 0) for c, blocks in self.blocks_of.items() if blocks[0] == tokens]
+            root_owner = self.owner_of_root.get(tokens)
+            owner = None if root_owner is None else (root_owner, 0)
         else:
             above = self.joined.get(parent)
-            owners = []
             if above is not None:
                 claim_id, position = above
                 blocks = self.blocks_of[claim_id]
                 if position + 1 < len(blocks) and blocks[position + 1] == tokens:
-                    owners = [(claim_id, position + 1)]
-        if len(owners) > 1:
-            raise undecidable(P.ambiguity_fails_closed, f"block {text} joins {len(owners)} claims", line)
-        if owners:
-            self.joined[text] = owners[0]
-            return owners[0]
-        return None
+                    owner = (claim_id, position + 1)
+        if owner is not None:
+            self.joined[text] = owner
+        return owner
 
     def _removed(self, keys: list[str]) -> list[dict[str, Any]]:
         steps = []
