@@ -29,7 +29,7 @@ import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import msgspec
 
@@ -123,23 +123,31 @@ def hash_text(value: Any, line: int) -> str:
     return f"int:{value}" if isinstance(value, int) else f"str:{value}"
 
 
+class WireStored(Protocol):
+    """The fields vLLM's and SGLang's `BlockStored` share on the wire (read only)."""
+
+    @property
+    def block_hashes(self) -> Sequence[Any]: ...
+    @property
+    def parent_block_hash(self) -> Any: ...
+    @property
+    def token_ids(self) -> Sequence[int]: ...
+    @property
+    def block_size(self) -> int: ...
+    @property
+    def medium(self) -> str | None: ...
+
+
 def wire_stored(
-    hashes: Sequence[Any],
-    parent: Any,
-    token_ids: Sequence[int],
-    block_size: int,
-    medium: str,
-    adapter: str | None,
-    foreign_namespace: Sequence[str | None],
-    line: int,
+    event: WireStored, adapter: str | None, foreign_namespace: Sequence[str | None], line: int
 ) -> Stored:
-    """A `Stored` from a ZMQ publisher's `BlockStored` fields (hashes as on the wire)."""
+    """A `Stored` from a ZMQ publisher's `BlockStored` (hashes as on the wire)."""
     return Stored(
-        hashes=[hash_text(h, line) for h in hashes],
-        parent=None if parent is None else hash_text(parent, line),
-        token_ids=token_ids,
-        block_size=block_size,
-        medium=medium,
+        hashes=[hash_text(h, line) for h in event.block_hashes],
+        parent=None if event.parent_block_hash is None else hash_text(event.parent_block_hash, line),
+        token_ids=event.token_ids,
+        block_size=event.block_size,
+        medium=wire_medium(event.medium),
         adapter=adapter,
         foreign_namespace=foreign_namespace,
     )

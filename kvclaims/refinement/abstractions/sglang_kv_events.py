@@ -93,18 +93,7 @@ def _records(batch: _EventBatch, namespace: str, line: int) -> list[Record]:
                 adapter = f"lora_id {event.lora_id}"  # a numeric adapter id no registry names
             salt = event.cache_salt or ""
             foreign = None if salt == namespace else f"cache_salt {event.cache_salt!r}"
-            records.append(
-                wire_stored(
-                    event.block_hashes,
-                    event.parent_block_hash,
-                    event.token_ids,
-                    event.block_size,
-                    wire_medium(event.medium),
-                    adapter,
-                    [foreign] * len(event.block_hashes),
-                    line,
-                )
-            )
+            records.append(wire_stored(event, adapter, [foreign] * len(event.block_hashes), line))
         elif isinstance(event, _BlockRemoved):
             records.append(
                 Removed([hash_text(h, line) for h in event.block_hashes], wire_medium(event.medium))

@@ -135,18 +135,7 @@ def _records(batch: _Batch | _ArrayBatch, namespace: str, line: int) -> list[Rec
                     line,
                 )
             foreign = [_foreign_namespace(event, i, namespace) for i in range(len(event.block_hashes))]
-            records.append(
-                wire_stored(
-                    event.block_hashes,
-                    event.parent_block_hash,
-                    event.token_ids,
-                    event.block_size,
-                    wire_medium(event.medium),
-                    event.lora_name,
-                    foreign,
-                    line,
-                )
-            )
+            records.append(wire_stored(event, event.lora_name, foreign, line))
         elif isinstance(event, _BlockRemoved):
             records.append(
                 Removed([hash_text(h, line) for h in event.block_hashes], wire_medium(event.medium))
