@@ -146,6 +146,7 @@ BROKEN: dict[str, tuple[TelemetryJoinPrecondition, dict[str, Any], list[dict[str
         ),
     ),
     "two window sizes": (P.ambiguity_fails_closed, {}, _with(3, window_size=512)),
+    "a rank on some events only": (P.ambiguity_fails_closed, {}, _with(4, attention_dp_rank=0)),
     "two attention-DP ranks": (
         P.ambiguity_fails_closed,
         {},

@@ -167,6 +167,10 @@ def undecidable(precondition: TelemetryJoinPrecondition, message: str, line: int
     )
 
 
+_UNSEEN = object()
+"""No batch read yet."""
+
+
 class Join:
     """The registry-to-blocks join and the steps it yields, batch by batch."""
 
@@ -193,7 +197,9 @@ class Join:
         self.changed: set[str] = set()
         """Claims whose present blocks changed since the last observation point."""
         self.order = {claim_id: index for index, claim_id in enumerate(self.claims)}
-        self.rank: int | None = None
+        self.rank: object = _UNSEEN
+        """The first batch's data-parallel rank (None: it names none). A stream that mixes
+        ranks, or named and unnamed ones, fails closed."""
         self._check_registry()
 
     def _check_registry(self) -> None:
@@ -239,15 +245,14 @@ class Join:
 
     def batch(self, batch: Batch) -> list[dict[str, Any]]:
         """The steps of one batch; raises `Undecidable` where the join is ambiguous."""
-        if batch.rank is not None:
-            if self.rank is None:
-                self.rank = batch.rank
-            elif self.rank != batch.rank:
-                raise undecidable(
-                    P.ambiguity_fails_closed,
-                    "events of more than one data-parallel rank are interleaved",
-                    batch.line,
-                )
+        if self.rank is _UNSEEN:
+            self.rank = batch.rank
+        elif self.rank != batch.rank:
+            raise undecidable(
+                P.ambiguity_fails_closed,
+                f"batches of data-parallel ranks {self.rank} and {batch.rank} are interleaved",
+                batch.line,
+            )
         steps: list[dict[str, Any]] = []
         for record in batch.records:
             if isinstance(record, Stored):
