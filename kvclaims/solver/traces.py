@@ -779,7 +779,7 @@ def _capacity_numbers(check: str | None, protected: int, seed: int) -> dict[str,
     optimizer = job.optimize()
     optimizer.add(terms.non_negative(), terms.capacity_reason, terms.header_usable == HEADER_USABLE)  # type: ignore[operator]
     optimizer.add(z3.Not(checks[check]), *[term for name, term in checks.items() if name != check])
-    values = [terms.protected, terms.active, terms.resident_plus_active, terms.usable, terms.shortfall]
+    values = terms.values()
     distance = z3.Sum(
         [
             z3.If(v >= consistent[n], v - consistent[n], consistent[n] - v)
