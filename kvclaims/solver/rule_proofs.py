@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import z3
@@ -182,7 +183,7 @@ def _outcome(
     """`proved` iff the property holds, every vacuity witness was found and its replay is
     accepted (and as expected), and so is the replay of each counterexample found without a
     guard of the rule (`without`: guard -> counterexample)."""
-    detail: dict[str, Any] = {"property": proof, "vacuity_witnesses": {}, "without_the_rule": {}}
+    detail: dict[str, Any] = {**proof, "vacuity_witnesses": {}, "without_the_rule": {}}
     ok = holds
     for name, (found, write, expect) in witnesses.items():
         entry, as_expected = _replayed(found, write, expect, must_accept=True)
@@ -208,11 +209,45 @@ def _replayed(found: Any, write: Writer, expect: Expect, *, must_accept: bool) -
     return {"found": True, **header, **result.json(), "as_expected": as_expected}, as_expected
 
 
+Stepper = Callable[[State, Inputs], tuple[z3.BoolRef, list[z3.ExprRef]]]
+"""A rule encoding's step: is the input legal in the state, and the state after it."""
+
+
+def _stepped(
+    job: Job,
+    state: tuple[tuple[str, bool], ...],
+    inputs: tuple[str, ...],
+    init: Callable[[State], z3.BoolRef],
+    step: Stepper,
+) -> TransitionSystem:
+    """The transition system of `step` (state variables: name and whether boolean; integer
+    inputs): a transition is a legal input and its successor state."""
+    int_sort, bool_sort = z3.IntSort(job.ctx), z3.BoolSort(job.ctx)
+
+    def trans(s: State, i: Inputs, t: State) -> z3.BoolRef:
+        legal, after = step(s, i)
+        return z3.And(legal, *[x == y for x, y in zip(t, after, strict=True)])
+
+    return TransitionSystem(
+        job,
+        [(name, bool_sort if boolean else int_sort) for name, boolean in state],
+        [(name, int_sort) for name in inputs],
+        init,
+        trans,
+    )
+
+
 # --- terms: a plain acceptance keeps the submitted terms ----------------------------------------
 
 _CONDITIONAL = len(EVENTS)
 """The terms system's extra event: `resident_claim_conditionally_accepted`."""
-_TERMS_STATE = ("phase", "mode", "submitted", "conditional", "relaxed")
+_TERMS_STATE = (
+    ("phase", False),
+    ("mode", False),
+    ("submitted", False),
+    ("conditional", True),
+    ("relaxed", True),
+)
 _TERMS_EVENTS = (
     E.submit,
     E.accept,
@@ -268,22 +303,10 @@ def _terms_step(s: State, i: Inputs, with_rule: bool) -> tuple[z3.BoolRef, list[
 
 
 def _terms_system(job: Job, with_rule: bool) -> TransitionSystem:
-    int_sort, bool_sort = z3.IntSort(job.ctx), z3.BoolSort(job.ctx)
-
     def init(s: State) -> z3.BoolRef:
         return z3.And(s[0] == PHASES.index(INITIAL), s[1] == -1, s[2] == -1, z3.Not(s[3]), z3.Not(s[4]))
 
-    def trans(s: State, i: Inputs, t: State) -> z3.BoolRef:
-        legal, after = _terms_step(s, i, with_rule)
-        return z3.And(legal, *[x == y for x, y in zip(t, after, strict=True)])
-
-    return TransitionSystem(
-        job,
-        [(n, int_sort if k < 3 else bool_sort) for k, n in enumerate(_TERMS_STATE)],
-        [("event", int_sort), ("mode", int_sort)],
-        init,
-        trans,
-    )
+    return _stepped(job, _TERMS_STATE, ("event", "mode"), init, partial(_terms_step, with_rule=with_rule))
 
 
 def _submitted_preserving_plainly(s: State) -> z3.BoolRef:
@@ -503,7 +526,11 @@ _ACCEPT, _HIT, _EXPIRE = 0, 1, 2
 """The duration system's events: acceptance, a satisfied reuse, an expiry."""
 _ABSENT, _RESPONSIBLE, _EXPIRED = 0, 1, 2
 """The duration system's claim phases."""
-_DURATION_STATE = ("phase", "accepted_at", "clock", "hit_at", "last", "refresh", "duration_ms")
+_DURATION_STATE = (
+    *((name, False) for name in ("phase", "accepted_at", "clock", "hit_at", "last")),
+    ("refresh", True),
+    ("duration_ms", False),
+)
 
 
 def _duration_step(s: State, i: Inputs, with_rule: bool) -> tuple[z3.BoolRef, list[z3.ExprRef]]:
@@ -536,22 +563,11 @@ def _duration_step(s: State, i: Inputs, with_rule: bool) -> tuple[z3.BoolRef, li
 
 
 def _duration_system(job: Job, with_rule: bool) -> TransitionSystem:
-    int_sort, bool_sort = z3.IntSort(job.ctx), z3.BoolSort(job.ctx)
-
     def init(s: State) -> z3.BoolRef:
         return z3.And(s[0] == _ABSENT, *[x == 0 for x in s[1:5]], s[6] >= 1)
 
-    def trans(s: State, i: Inputs, t: State) -> z3.BoolRef:
-        legal, after = _duration_step(s, i, with_rule)
-        return z3.And(legal, *[x == y for x, y in zip(t, after, strict=True)])
-
-    sorts = [int_sort, int_sort, int_sort, int_sort, int_sort, bool_sort, int_sort]
-    return TransitionSystem(
-        job,
-        list(zip(_DURATION_STATE, sorts, strict=True)),
-        [("kind", int_sort), ("t_ns", int_sort)],
-        init,
-        trans,
+    return _stepped(
+        job, _DURATION_STATE, ("kind", "t_ns"), init, partial(_duration_step, with_rule=with_rule)
     )
 
 
@@ -608,7 +624,13 @@ def _duration_obligation(job: Job, facts: Facts) -> Outcome:
 
 _STORE, _REMOVE = 0, 1
 _NO_CONTENT = -1
-_BLOCK_STATE = ("content", "holds_a", "holds_b", "stored_a", "stored_b")
+_BLOCK_STATE = (
+    ("content", False),
+    ("holds_a", True),
+    ("holds_b", True),
+    ("stored_a", False),
+    ("stored_b", False),
+)
 """One block id: the content (hash) it holds, which claims hold it, and the content each
 claim stored into it (the history)."""
 
@@ -638,25 +660,13 @@ def _block_step(s: State, i: Inputs, with_rule: bool) -> tuple[z3.BoolRef, list[
 
 
 def _block_system(job: Job, with_rule: bool) -> TransitionSystem:
-    int_sort, bool_sort = z3.IntSort(job.ctx), z3.BoolSort(job.ctx)
-
     def init(s: State) -> z3.BoolRef:
         return z3.And(
             s[0] == _NO_CONTENT, z3.Not(s[1]), z3.Not(s[2]), s[3] == _NO_CONTENT, s[4] == _NO_CONTENT
         )
 
-    def trans(s: State, i: Inputs, t: State) -> z3.BoolRef:
-        legal, after = _block_step(s, i, with_rule)
-        return z3.And(legal, *[x == y for x, y in zip(t, after, strict=True)])
-
-    sorts = [int_sort, bool_sort, bool_sort, int_sort, int_sort]
-    return TransitionSystem(
-        job,
-        list(zip(_BLOCK_STATE, sorts, strict=True)),
-        [("kind", int_sort), ("claim", int_sort), ("hash", int_sort)],
-        init,
-        trans,
-    )
+    step = partial(_block_step, with_rule=with_rule)
+    return _stepped(job, _BLOCK_STATE, ("kind", "claim", "hash"), init, step)
 
 
 def _holds_other_content(s: State | list[z3.ExprRef]) -> z3.BoolRef:
@@ -730,9 +740,12 @@ def _blocks_obligation(job: Job, facts: Facts) -> Outcome:
 # --- confirmed restores: a satisfied reuse after an offload needs a confirmed restore -----------
 
 _RESTORE_STATE = (
-    "phase", "required", "footprint", "reported", "kv_restored", "noted",
-    "offloaded", "confirmed", "kv_back", "matched", "relaxed",
-)  # fmt: skip
+    *((name, False) for name in ("phase", "required", "footprint", "reported")),
+    *(
+        (name, True)
+        for name in ("kv_restored", "noted", "offloaded", "confirmed", "kv_back", "matched", "relaxed")
+    ),
+)
 """The claim's phase, its predicate's blocks and footprint, what `system.ClaimRecord` keeps
 (`reported_leading`, `kv_restored`, the request's `restored` note), then the history: offloaded
 ever; since the last offload: a restore whose `restored_blocks` reach the predicate or a
@@ -809,8 +822,6 @@ def _restore_step(
 
 
 def _restore_system(job: Job, profile: ClaimProfile, guards: tuple[str, ...]) -> TransitionSystem:
-    int_sort, bool_sort = z3.IntSort(job.ctx), z3.BoolSort(job.ctx)
-
     def init(s: State) -> z3.BoolRef:
         return z3.And(
             s[0] == PHASES.index(INITIAL),
@@ -820,18 +831,7 @@ def _restore_system(job: Job, profile: ClaimProfile, guards: tuple[str, ...]) ->
             *[z3.Not(flag) for flag in s[4:]],
         )
 
-    def trans(s: State, i: Inputs, t: State) -> z3.BoolRef:
-        legal, after = _restore_step(profile, s, i, guards)
-        return z3.And(legal, *[x == y for x, y in zip(t, after, strict=True)])
-
-    sorts = [int_sort] * 4 + [bool_sort] * 7
-    return TransitionSystem(
-        job,
-        list(zip(_RESTORE_STATE, sorts, strict=True)),
-        [("event", int_sort), ("n", int_sort)],
-        init,
-        trans,
-    )
+    return _stepped(job, _RESTORE_STATE, ("event", "n"), init, partial(_restore_step, profile, guards=guards))
 
 
 def _reuse_of_offloaded(
@@ -941,7 +941,7 @@ def _restore_obligation(job: Job, facts: Facts) -> Outcome:
             "requests": "one: the request the restore was for",
             "events": [e.value for e in _RESTORE_EVENTS],
             **{f"{name}_invariant": p.invariant for name, p in proofs.items()},
-            "invariants_rechecked": all(p.rechecked for p in proofs.values()),
+            "invariant_rechecked": all(p.rechecked for p in proofs.values()),
         },
         witnesses=witnesses,
         without=without,
