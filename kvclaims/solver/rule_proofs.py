@@ -123,8 +123,9 @@ def _terms(claim: str, mode: ProtectionMode, footprint: int, **extra: Any) -> di
     }
 
 
-def _event_name(path: list[Step], k: int, key: str = "event") -> Event | None:
-    index = int(path[k].inputs[key])
+def _event_name(path: list[Step], k: int) -> Event | None:
+    """The lifecycle event step `k` took (None for an index outside `EVENTS`)."""
+    index = int(path[k].inputs["event"])
     return EVENTS[index] if 0 <= index < len(EVENTS) else None
 
 
