@@ -13,16 +13,19 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import require_lane
 from support.loopback import run_in_loopback, why_no_loopback_ray
 
 from kvclaims.cli.check import CheckOptions, check_files, check_unit, trace_files
 from kvclaims.refinement.corpus import default_corpus
 from kvclaims.refinement.testing import generate_valid_trace
 
-pytestmark = [
-    pytest.mark.ray,
-    pytest.mark.skipif(why_no_loopback_ray() is not None, reason=str(why_no_loopback_ray())),
-]
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _loopback_ray() -> None:
+    require_lane(why_no_loopback_ray(), "make setup")
 
 GENERATED = 64
 EVENTS = 1_500
