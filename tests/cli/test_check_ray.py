@@ -27,6 +27,7 @@ pytestmark = pytest.mark.ray
 def _loopback_ray() -> None:
     require_lane(why_no_loopback_ray(), "make setup")
 
+
 GENERATED = 64
 EVENTS = 1_500
 RUNTIME_CAPTURES = Path(__file__).resolve().parents[2] / "descriptors" / "evidence" / "runtime-kv-events"
