@@ -7,9 +7,15 @@ that define obligations, so none of them imports another in a cycle.
 from __future__ import annotations
 
 from kvclaims.solver import capacity_proofs, lifecycle_proofs, lowering_proofs
-from kvclaims.solver.proofs import ProofObligation
+from kvclaims.solver.proofs import ProofObligation, ProofResult, run_obligation
 
 
 def all_obligations() -> tuple[ProofObligation, ...]:
     """Every obligation `kvclaims prove` runs, in report order."""
     return (*lowering_proofs.OBLIGATIONS, *lifecycle_proofs.OBLIGATIONS, *capacity_proofs.OBLIGATIONS)
+
+
+def run_named_obligation(name: str) -> ProofResult:
+    """Run the obligation called `name` (a picklable task for a worker process)."""
+    (obligation,) = (o for o in all_obligations() if o.name == name)
+    return run_obligation(obligation)
