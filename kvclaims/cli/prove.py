@@ -25,6 +25,7 @@ import click
 from kvclaims.cli._common import (
     Exit,
     descriptors_option,
+    jobs_option,
     json_option,
     note_skipped_descriptor,
     out_option,
@@ -197,14 +198,7 @@ def demo_stage(out: Path) -> str:
 @click.option("--check", is_flag=True, help="compare with -o DIR instead of writing")
 @descriptors_option("descriptors for the native-upgrades table")
 @click.option("--list", is_flag=True, help="list the obligations and exit")
-@click.option(
-    "-j",
-    "--jobs",
-    type=click.IntRange(min=1),
-    default=None,
-    help="worker processes (each obligation and each descriptor's search is independent)  "
-    "[default: the cores this process may use]",
-)
+@jobs_option("run obligations and descriptors' upgrade searches in N processes (default: one per core)")
 @click.option(
     "--cache/--no-cache",
     default=True,
