@@ -67,9 +67,10 @@ def run(args: argparse.Namespace) -> int:
     complete = len(selected) == len(obligations)
     results = []
     # Everything is submitted before the progress bar starts its thread: workers are forked.
-    with OrderedPool(args.jobs or available_cores()) as pool:
-        loaded = _descriptors(args.descriptors) if complete and args.out is not None else []
-        searched = pool.map(_upgrade_search(args.cache), loaded)  # the longest tasks first
+    loaded = _descriptors(args.descriptors) if complete and args.out is not None else []
+    search = _upgrade_search(args.cache)
+    with OrderedPool(args.jobs or available_cores(), [search, run_named_obligation]) as pool:
+        searched = pool.map(search, loaded)  # the longest tasks first
         proving = pool.map(run_named_obligation, [o.name for o in selected])
         with progress_steps(len(selected), "proving") as advance:
             for result in proving:
@@ -173,7 +174,7 @@ def demo_stage(out: Path) -> str:
     from kvclaims.solver.parallel import OrderedPool, available_cores
     from kvclaims.solver.report import write_results
 
-    with OrderedPool(available_cores()) as pool:
+    with OrderedPool(available_cores(), [run_named_obligation]) as pool:
         results = list(pool.map(run_named_obligation, [o.name for o in all_obligations()]))
     write_results(results, out / "proofs", report=True)
     proved = sum(1 for r in results if r.proved)

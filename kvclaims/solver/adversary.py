@@ -1107,8 +1107,9 @@ def run_adversary(
     index: list[dict[str, Any]] = []
     started = time.perf_counter()
     target = None if out is None else out / "descriptors"
-    with OrderedPool(jobs) as pool:
-        searches = pool.map(_RowSearch(facts, seed, classes), rows)
+    search = _RowSearch(facts, seed, classes)
+    with OrderedPool(jobs, [search]) as pool:
+        searches = pool.map(search, rows)
         for searched, written in enumerate(searches, start=1):
             for text, mutant in written:
                 report.generated += 1
@@ -1154,7 +1155,7 @@ def run_adversary(
 @dataclass(frozen=True)
 class _RowSearch:
     """Every mutant of every class on one positive row, each with the YAML it is written as
-    (a picklable task: the YAML is rendered in the worker, where the search ran)."""
+    (rendered in the worker, where the search ran)."""
 
     facts: Facts
     seed: int
