@@ -48,3 +48,10 @@ def require_lane(reason: str | None, setup: str) -> None:
 def _require_vllm(request: pytest.FixtureRequest) -> None:
     if request.node.get_closest_marker("vllm") is not None:
         require_vllm()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache_directory(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Caches the commands keep (the native-upgrade search) go to a fresh folder per run,
+    never to the user's cache directory, so no test depends on an earlier run."""
+    os.environ["KVCLAIMS_CACHE_DIR"] = str(tmp_path_factory.mktemp("kvclaims-cache"))

@@ -46,6 +46,7 @@ import click
 
 from kvclaims.cli._common import (
     PathType,
+    jobs_option,
     json_option,
     print_json_lines,
     print_table,
@@ -416,12 +417,7 @@ def _write_evidence(out: Path, files: list[Path], verdicts: list[Any]) -> int:
     help="trace format",
 )
 @click.option("--registry", type=PathType, metavar="FILE", help="claim registry for *-kv-events")
-@click.option(
-    "--jobs",
-    type=click.IntRange(min=1),
-    metavar="N",
-    help="check traces in N processes (default: one per core; 1 = sequential)",
-)
+@jobs_option("check traces in N processes (default: one per core; 1 = sequential)")
 @json_option
 @click.option(
     "--open",
