@@ -6,10 +6,15 @@ that define obligations, so none of them imports another in a cycle.
 
 from __future__ import annotations
 
-from kvclaims.solver import capacity_proofs, lifecycle_proofs, lowering_proofs
+from kvclaims.solver import capacity_proofs, lifecycle_proofs, lowering_proofs, routing_proofs
 from kvclaims.solver.proofs import ProofObligation
 
 
 def all_obligations() -> tuple[ProofObligation, ...]:
     """Every obligation `kvclaims prove` runs, in report order."""
-    return (*lowering_proofs.OBLIGATIONS, *lifecycle_proofs.OBLIGATIONS, *capacity_proofs.OBLIGATIONS)
+    return (
+        *lowering_proofs.OBLIGATIONS,
+        *lifecycle_proofs.OBLIGATIONS,
+        *capacity_proofs.OBLIGATIONS,
+        *routing_proofs.OBLIGATIONS,
+    )
