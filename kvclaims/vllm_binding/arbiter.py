@@ -70,7 +70,7 @@ from kvclaims.statemachine.lifecycle import SATISFIABLE, SETTLED, Event, Phase
 from kvclaims.statemachine.requests import RequestEvent, RequestPhase
 from kvclaims.vllm_binding import shutdown
 from kvclaims.vllm_binding.capacity import CapacityProof, peak_live_blocks
-from kvclaims.vllm_binding.config import SUPPORTED_MODES, BindingConfig
+from kvclaims.vllm_binding.config import DP_RANK_PLACEHOLDER, SUPPORTED_MODES, BindingConfig
 from kvclaims.vllm_binding.metadata import (
     ClaimOp,
     ClaimRequest,
@@ -230,8 +230,11 @@ class ClaimArbiter:
             usable_blocks=self.usable_blocks,
             block_size=self.block_size,
             cache_identity=self.cache_identity(""),
+            engine_id=None
+            if self.config.engine_id is None
+            else self.config.engine_id.replace(DP_RANK_PLACEHOLDER, str(rank)),
         )
-        sink = TraceSink.open(path.replace("{dp_rank}", str(rank)), header)
+        sink = TraceSink.open(path.replace(DP_RANK_PLACEHOLDER, str(rank)), header)
         shutdown.guard(sink)
         return sink
 
