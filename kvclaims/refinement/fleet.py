@@ -23,6 +23,7 @@ The fleet's outcome is the worst of the engines' verdicts and the routing verdic
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from kvclaims.refinement.api import check_trace
+from kvclaims.refinement.evidence import file_sha256
 from kvclaims.refinement.reader import (
     TraceInputError,
     TraceStream,
@@ -49,7 +51,9 @@ from kvclaims.refinement.verdict import (
     Outcome,
     TraceVerdict,
 )
+from kvclaims.spec.evidence import Anchor, EvidenceItem
 from kvclaims.spec.trace import EVENT_MODELS, ROUTING_EVENT_MODELS, RouteOutcome, TraceHeader
+from kvclaims.spec.vocabulary import AnchorKind, EvidenceScope, EvidenceStatus, Obligation
 from kvclaims.statemachine import routing
 from kvclaims.statemachine.system import Violation
 
@@ -285,3 +289,61 @@ def _validated(model: type[BaseModel], document: Any, line: int) -> Any:
         problem = error.errors()[0]
         where = ".".join(str(p) for p in problem["loc"]) or None
         raise parse_error(f"{model.__name__}: {problem['msg']}", line, where) from None
+
+
+ROUTER_ORDERING = (
+    "router stream seq strictly increasing (checked); no order between streams is assumed: "
+    "each route is joined to the engines' streams by request and claim id"
+)
+ROUTER_CLAIM_SCOPE = (
+    "every route_decided and route_reuse_reported names its claim and request; the claim's holder "
+    "is the one engine whose accepted stream accepted it, and the delivered blocks equal what that "
+    "engine's stream attributes to the claim for the request"
+)
+
+
+def routing_evidence_items(verdicts: Sequence[FleetVerdict], *, relative_to: Path) -> list[EvidenceItem]:
+    """The routing hook's evidence from accepted fleets, anchored to their router streams:
+    `placement_attribution` from the first accepted fleet that judged a route, and
+    `reuse_routing_attribution` only when the accepted fleets together judged a delivered and a
+    missed reuse (later success and failure), cited from the first fleet with each.
+    Raises `ValueError` for a verdict that is not accepted."""
+    for verdict in verdicts:
+        if verdict.outcome is not Outcome.accepted:
+            raise ValueError(f"only an accepted fleet is evidence; {verdict.router} is {verdict.outcome}")
+    judged = [v for v in verdicts if sum(v.routes.values())]
+    items = []
+    if judged:
+        items.append(_routing_item(Obligation.placement_attribution, judged[0], relative_to))
+    delivered = [v for v in judged if v.routes.get(RouteOutcome.delivered.value)]
+    missed = [v for v in judged if v.routes.get(RouteOutcome.missed.value)]
+    if delivered and missed:
+        cited = [delivered[0]] if missed[0] is delivered[0] else [delivered[0], missed[0]]
+        items += [_routing_item(Obligation.reuse_routing_attribution, v, relative_to) for v in cited]
+    return items
+
+
+def _routing_item(obligation: Obligation, verdict: FleetVerdict, relative_to: Path) -> EvidenceItem:
+    router = Path(verdict.router)
+    events = list(_router_events(router))
+    lines = [line for line, _ in events]
+    claims = sorted({event.claim_id for _, event in events if event.event != "trace_closed"})
+    routes = ", ".join(f"{count} {outcome}" for outcome, count in verdict.routes.items())
+    anchor = Anchor(
+        kind=AnchorKind.trace,
+        path=os.path.relpath(router.resolve(), relative_to.resolve()),
+        sha256=file_sha256(router),
+        event_range=(min(lines), max(lines)),
+        claim_ids=claims,
+        ordering=ROUTER_ORDERING,
+        claim_scope=ROUTER_CLAIM_SCOPE,
+        note=f"kvclaims check --fleet accepted this router stream with {len(verdict.engines)} engine "
+        f"streams; routed reuse: {routes}",
+    )
+    return EvidenceItem(
+        obligation=obligation,
+        status=EvidenceStatus.supported,
+        scope=EvidenceScope.conformance_trace,
+        anchor=anchor,
+        note=f"fleet-accepted routing ({routes})",
+    )

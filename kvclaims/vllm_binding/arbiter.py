@@ -72,6 +72,7 @@ from kvclaims.vllm_binding import shutdown
 from kvclaims.vllm_binding.capacity import CapacityProof, peak_live_blocks
 from kvclaims.vllm_binding.config import DP_RANK_PLACEHOLDER, SUPPORTED_MODES, BindingConfig
 from kvclaims.vllm_binding.metadata import (
+    NOTE_PREFIX,
     ClaimOp,
     ClaimRequest,
     MetadataRejection,
@@ -96,12 +97,6 @@ _MAX_NAMED_IN_STOP_REASON = 8
 
 PINNED_SWEEP_STEPS = 32
 """Pinned blocks are re-verified at least this often even without a known hash-stripping path."""
-
-
-NOTE_PREFIX = "kvclaims:"
-"""Stop reasons the binding writes start with this: `kvclaims:refused:...`,
-`kvclaims:claim_<accepted|attached|released|demoted>:<claim id>` and
-`kvclaims:claim_rejected:<claim id or ->:<reason>`."""
 
 
 def trace_request_id(request_id: str) -> str:

@@ -67,3 +67,21 @@ def test_an_engine_restart_fails_closed(fleet_run) -> None:  # type: ignore[no-u
     ).verdict
     assert only_new.outcome is Outcome.inconclusive, only_new.reason
     assert "accepted on no engine" in only_new.reason
+
+
+def test_the_accepted_runs_give_a_fleet_descriptor_whose_routed_reuse_is_approximate(
+    fleet_run, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    from kvclaims.lab.fleet import fleet_descriptor
+    from kvclaims.spec.vocabulary import AdapterDepth, Label, Obligation
+
+    accepted = [r for r in fleet_run.results if r.verdict.outcome is Outcome.accepted]
+    assert [r.name for r in accepted] == ["routed-to-holder", "routed-elsewhere"]
+    verdicts = fleet_descriptor(accepted, tmp_path / "fleet.yaml")
+    print(
+        json.dumps(
+            {depth.value: [v.label.value, [o.value for o in v.missing]] for depth, v in verdicts.items()}
+        )
+    )
+    patched = verdicts[AdapterDepth.backend_patch]
+    assert patched.label is Label.approximate and patched.missing == [Obligation.route_cost_attribution]

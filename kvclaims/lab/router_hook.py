@@ -20,7 +20,8 @@ reason `kvclaims:claim_attached:<claim>` says the engine holds the claim, and th
 Request ids: the hook sends `X-Request-Id: <id>`; vLLM's completions endpoint names the engine
 request `cmpl-<id>-0` when the engines run with `VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1`
 (otherwise vLLM appends a random suffix, and the fleet check finds no record of the request:
-inconclusive, never a silent pass). Client-side only: it imports nothing of vLLM.
+inconclusive, never a silent pass). Client-side only: it imports nothing of vLLM (a lab module
+because it writes routing events for the fleet lane; the binding package is what runs inside vLLM).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from kvclaims.spec.trace import RouteDecided, RouteOutcome, RouteReuseReported, TraceHeader
-from kvclaims.vllm_binding.arbiter import NOTE_PREFIX
+from kvclaims.vllm_binding.metadata import NOTE_PREFIX
 from kvclaims.vllm_binding.telemetry import TraceSink
 
 PROCESSED = "vllm_router_processed_requests_total"
