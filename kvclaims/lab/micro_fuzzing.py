@@ -685,22 +685,24 @@ class FleetMachine(RuleBasedStateMachine):
             None,
         )
         self._observe()
-        self._route(self.report(request_id, claim_id, chosen, predicted, answer))
+        delivered, outcome = self.report(predicted, answer)
+        self._route(
+            RouteReuseReported(
+                seq=next(self.router_seq),
+                request_id=request_id,
+                claim_id=claim_id,
+                engine=chosen,
+                delivered_blocks=delivered,
+                outcome=outcome,
+            )
+        )
 
-    def report(
-        self, request_id: str, claim_id: str, engine: str, predicted: int, answer: dict[str, Any] | None
-    ) -> RouteReuseReported:
-        """The correct hook: what the chosen engine answered, as a delivered or missed reuse."""
+    def report(self, predicted: int, answer: dict[str, Any] | None) -> tuple[int, RouteOutcome]:
+        """The correct hook: the delivered blocks and outcome of a routed reuse, from what the
+        chosen engine answered (its `request_reused` for the request, if any)."""
         served = 0 if answer is None else answer["cached_blocks"]
         hit = answer is not None and answer["predicate_satisfied"] and served >= predicted
-        return RouteReuseReported(
-            seq=next(self.router_seq),
-            request_id=request_id,
-            claim_id=claim_id,
-            engine=engine,
-            delivered_blocks=served,
-            outcome=RouteOutcome.delivered if hit else RouteOutcome.missed,
-        )
+        return served, RouteOutcome.delivered if hit else RouteOutcome.missed
 
     @invariant()
     def engine_traces_accepted(self) -> None:
@@ -733,17 +735,8 @@ class MisattributingFleetMachine(FleetMachine):
     """A planted routing bug: the hook reports every routed reuse as delivered with the
     predicted blocks (the router's prediction, never the engine's answer)."""
 
-    def report(
-        self, request_id: str, claim_id: str, engine: str, predicted: int, answer: dict[str, Any] | None
-    ) -> RouteReuseReported:
-        return RouteReuseReported(
-            seq=next(self.router_seq),
-            request_id=request_id,
-            claim_id=claim_id,
-            engine=engine,
-            delivered_blocks=predicted,
-            outcome=RouteOutcome.delivered,
-        )
+    def report(self, predicted: int, answer: dict[str, Any] | None) -> tuple[int, RouteOutcome]:
+        return predicted, RouteOutcome.delivered
 
 
 TestMicroRuntime = MicroRuntimeMachine.TestCase

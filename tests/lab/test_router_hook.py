@@ -93,6 +93,15 @@ def hook_for(url: str, path: Path) -> RoutingHook:
     return RoutingHook(url, f"{url}/metrics", WORKERS, path, block_size=32, model="tiny")
 
 
+def submitted(router: tuple[StandIn, str], path: Path) -> tuple[StandIn, RoutingHook]:
+    """A hook whose claim `c1` (2 blocks) the engine behind the stand-in accepted."""
+    stand_in, url = router
+    hook = hook_for(url, path)
+    stand_in.answer = answer("kvclaims:claim_accepted:c1", 0)
+    assert hook.submit(url, "s", [1] * 65, "c1", 2) == "kvclaims:claim_accepted:c1"
+    return stand_in, hook
+
+
 def test_metric_samples_reads_labelled_samples_only() -> None:
     text = '# TYPE x counter\nx{worker="u",a="b"} 3\nplain 4\ny{} 1.5\n'
     assert metric_samples(text) == {
@@ -104,10 +113,7 @@ def test_metric_samples_reads_labelled_samples_only() -> None:
 def test_a_predicted_hit_delivered_and_one_missed_elsewhere_are_judged_accepted(
     router: tuple[StandIn, str], tmp_path: Path
 ) -> None:
-    stand_in, url = router
-    hook = hook_for(url, tmp_path / "router.ndjson")
-    stand_in.answer = answer("kvclaims:claim_accepted:c1", 0)
-    assert hook.submit(url, "s", [1] * 65, "c1", 2) == "kvclaims:claim_accepted:c1"
+    stand_in, hook = submitted(router, tmp_path / "router.ndjson")
     stand_in.prefix_hit, stand_in.answer = True, answer("kvclaims:claim_attached:c1", 64)
     hit = hook.reuse("hit", [1] * 65, "c1")
     assert (hit.engine, hit.predicted_hit_blocks, hit.delivered_blocks, hit.outcome) == (
@@ -149,10 +155,7 @@ def test_a_predicted_hit_delivered_and_one_missed_elsewhere_are_judged_accepted(
 def test_no_prefix_hit_predicts_nothing_and_fewer_cached_blocks_miss(
     router: tuple[StandIn, str], tmp_path: Path
 ) -> None:
-    stand_in, url = router
-    hook = hook_for(url, tmp_path / "router.ndjson")
-    stand_in.answer = answer("kvclaims:claim_accepted:c1", 0)
-    hook.submit(url, "s", [1] * 65, "c1", 2)
+    stand_in, hook = submitted(router, tmp_path / "router.ndjson")
     stand_in.answer = answer("kvclaims:claim_attached:c1", 32)  # one block of two
     routed = hook.reuse("r", [1] * 65, "c1")
     assert (routed.predicted_hit_blocks, routed.delivered_blocks, routed.outcome) == (
@@ -166,10 +169,7 @@ def test_no_prefix_hit_predicts_nothing_and_fewer_cached_blocks_miss(
 def test_a_decision_the_metrics_do_not_pin_to_one_engine_writes_nothing(
     router: tuple[StandIn, str], tmp_path: Path
 ) -> None:
-    stand_in, url = router
-    hook = hook_for(url, tmp_path / "router.ndjson")
-    stand_in.answer = answer("kvclaims:claim_accepted:c1", 0)
-    hook.submit(url, "s", [1] * 65, "c1", 2)
+    stand_in, hook = submitted(router, tmp_path / "router.ndjson")
     stand_in.count_workers = 2  # both workers' counters rose: not one decision
     with pytest.raises(RoutingUnobserved):
         hook.reuse("r", [1] * 65, "c1")
