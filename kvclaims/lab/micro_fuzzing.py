@@ -20,6 +20,11 @@ checks, after every step, invariants named after the property they guard:
 It lives in the lab, not in `kvclaims.microruntime`, because that invariant needs the
 refinement checker and only the lab (and the layers above it) may import refinement.
 
+`FleetMachine` runs several MicroRuntime pools behind a router: claims kept on one engine,
+reuses routed to any with a predicted hit, the router stream judged by the routing model
+(`kvclaims.statemachine.routing`) after every step; `MisattributingFleetMachine` plants a hook
+that reports predictions as deliveries, which the CI profile must find.
+
 Subclass it to fuzz your own runtime: set `runtime_class` (a `MicroRuntime` subclass) and/or
 `policy`. Coverage of lifecycle phases and transitions accumulates on the class, so a test can
 assert that a profile reached every phase. The `ci` settings profile is deterministic.
