@@ -14,6 +14,8 @@ Fail closed, stream by stream:
   or to a claim only it holds, is undecided;
 - two streams naming one engine (a restart writes a new stream) are both set aside: the order
   between them is not in the evidence; a stream without `engine_id` is set aside too;
+- an accepted engine stream whose seq skips a number (events may be lost) leaves the routing
+  judgement undecided;
 - the router stream is strict: a duplicate key, a field or event type the routing format does
   not have, a `seq` that does not increase or a line after `trace_closed` make it `invalid`; a
   missing `trace_closed` makes it truncated (`inconclusive`).
@@ -195,14 +197,25 @@ def _undecided(where: str, message: str, line: int | None = None, field: str | N
     )
 
 
+class _SequenceGap(Exception):
+    """An engine stream's seq skipped numbers: events between them may be lost."""
+
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(message)
+        self.line = line
+
+
 def _route(state: routing.FleetState, router: str, engines: dict[str, EngineStream]) -> _Judgement:
     """Fold the complete engines' streams, then judge the router stream against them."""
-    try:
-        for engine, stream in engines.items():
+    for engine, stream in engines.items():
+        try:
             for line, event in _engine_events(Path(stream.path)):
                 found = routing.engine_step(state, engine, event, line)
                 if isinstance(found, Violation):
                     return _Judgement(Outcome.rejected, stream.path, counterexample=_counterexample(found))
+        except _SequenceGap as gap:
+            return _undecided(stream.path, str(gap), line=gap.line, field="seq")
+    try:
         closed = False
         for line, event in _router_events(Path(router)):
             if closed:
@@ -255,8 +268,15 @@ def _lines(path: Path) -> Iterator[tuple[int, Any]]:
 
 def _engine_events(path: Path) -> Iterator[tuple[int, BaseModel]]:
     """The events of an accepted engine stream that routing reads (acceptances and anything
-    naming a request), as validated models."""
+    naming a request), as validated models. Its seq must go up by one from line to line (a
+    binding's stream does): a skipped number may be a lost acceptance or reuse, so routing facts
+    from such a stream are not decided (`_SequenceGap`)."""
+    last: int | None = None
     for number, document in _lines(path):
+        seq = document["seq"]
+        if last is not None and seq != last + 1:
+            raise _SequenceGap(number, f"seq {seq} follows seq {last}: a sequence gap (events may be lost)")
+        last = seq
         name = document.get("event")
         if name in routing.ACCEPTANCE_EVENTS or "request_id" in document:
             yield number, _validated(EVENT_MODELS[name], document, number)

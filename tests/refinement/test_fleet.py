@@ -252,3 +252,16 @@ def test_kvclaims_check_fleet_prints_the_verdict_and_exits_with_its_code(
     document = json.loads(capsys.readouterr().out)
     assert document["outcome"] == "inconclusive" and "no stream" in document["reason"]
     assert main(["check", "--fleet", str(router_path), "--strict", *map(str, paths)]) == 2
+
+
+def test_a_sequence_gap_in_an_engine_stream_fails_closed(tmp_path: Path) -> None:
+    """Refinement accepts a stream whose seq skips numbers; the fleet check does not read
+    routing facts from it (a skipped event may be the claim's acceptance or reuse)."""
+    gapped = engine_a()
+    gapped.events[-1]["seq"] += 5  # the finish of r1
+    routes = router().route("r1", "c1", "A", predicted=2).report_route("r1", "c1", "A", 2, "delivered")
+    verdict = check(tmp_path, routes, {"A": gapped, "B": engine_b()})
+    assert verdict.engines[0].verdict.outcome is Outcome.accepted
+    assert verdict.outcome is Outcome.inconclusive and verdict.finding is not None
+    assert (verdict.where, verdict.finding.field) == (str(tmp_path / "engine-0.ndjson"), "seq")
+    assert "sequence gap" in verdict.reason
