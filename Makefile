@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.kvclaims-installed
 VLLM_STAMP := $(VENV)/.kvclaims-vllm-installed
 
-.PHONY: setup setup-vllm test test-vllm-033 gpu-lane demo lint reports schemas clean
+.PHONY: setup setup-vllm test test-vllm-033 gpu-lane fleet-lane demo lint reports schemas clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,12 @@ $(VLLM_STAMP): constraints.txt | $(STAMP)
 	touch $@
 
 setup-vllm: $(VLLM_STAMP)
+
+# The fleet lane: two vLLM engines behind vllm-router (the fleet extra), a restart, the fleet
+# check. Minutes on 2 cores and about 2.5 GiB (docs/vllm-binding.md), so not part of `make test`.
+fleet-lane: $(VLLM_STAMP)
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[fleet]'
+	KVCLAIMS_REQUIRE_VLLM=1 KVCLAIMS_FLEET_LANE=1 $(PY) -m pytest -s tests/lab/test_fleet.py
 
 # vLLM 0.33.0, the current release, has no CPU build: its CUDA wheel is installed with
 # --no-deps next to the CPU torch 2.13.0 (0.33 pins torch 2.14.0, which has no CPU build on the

@@ -24,6 +24,12 @@ open prefix (a live trace, or one cut on purpose), as if it ended where it stops
 traces supply, ready to cite in a runtime descriptor; it writes nothing unless every trace is
 accepted.
 
+`--fleet ROUTER` checks a fleet instead: TRACE... are the engines' own streams (each header
+names its `engine_id`), ROUTER the routing hook's stream; the engine streams are checked one by
+one, then the routing rules per claim and request across them (no order between streams is
+assumed). Two streams of one engine (a restart), a truncated stream or a request the chosen
+engine's stream never mentions make the fleet inconclusive.
+
 Exit codes (the worst over all traces): 0 accepted, 1 rejected, 2 invalid input, 3 inconclusive.
 """
 
@@ -118,6 +124,8 @@ def _say_skipped(targets: list[Path]) -> None:
 def run(args: argparse.Namespace) -> int:
     from kvclaims.refinement.verdict import Outcome
 
+    if args.fleet is not None:
+        return _run_fleet(args)
     files = trace_files(args.traces)
     if STDIN in files and args.evidence_out is not None:
         raise InputError(
@@ -170,6 +178,36 @@ class CheckOptions:
     registry: Path | None = None
     strict: bool = False
     open_prefix: bool = False
+
+
+_NOT_WITH_FLEET = ("registry", "open", "strict", "evidence_out", "ray")
+
+
+def _run_fleet(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+
+    from kvclaims.refinement.fleet import check_fleet
+
+    given = [f"--{name.replace('_', '-')}" for name in _NOT_WITH_FLEET if getattr(args, name)]
+    if given or args.format != AUTO:
+        raise InputError([Problem("--fleet", f"not with {', '.join(given) or '--format'}")])
+    files = trace_files(args.traces)
+    if STDIN in files or not files:
+        raise InputError([Problem("--fleet", "needs the engines' trace files")])
+    verdict = check_fleet(args.fleet, files)
+    if args.json:
+        print_json_lines([verdict.to_json()])
+    else:
+        console = stdout_console()
+        outcome = verdict.outcome.value
+        console.print(f"[{OUTCOME_STYLES[outcome]}]{outcome}[/] fleet: {escape(verdict.reason)}")
+        for engine in verdict.engines:
+            console.print(
+                escape(f"  engine {engine.engine_id or '?'} {engine.path}: {engine.verdict.reason}")
+            )
+        routes = ", ".join(f"{count} {name}" for name, count in verdict.routes.items())
+        console.print(escape(f"  router {verdict.router}: routed reuse {routes}"))
+    return EXIT_CODES[verdict.outcome.value]
 
 
 def check_files(
@@ -436,5 +474,11 @@ def _write_evidence(out: Path, files: list[Path], verdicts: list[Any]) -> int:
 )
 @click.option("--strict", is_flag=True, help="refuse fields outside trace v1 (default: keep as context)")
 @click.option("--evidence-out", type=PathType, metavar="FILE", help="write evidence items (accepted only)")
+@click.option(
+    "--fleet",
+    type=PathType,
+    metavar="ROUTER",
+    help="check a fleet: ROUTER is the routing hook's stream, TRACE... the engines' streams",
+)
 def command(**options: object) -> int:
     return runs(run)(**options)

@@ -71,9 +71,10 @@ from kvclaims.statemachine.lifecycle import SATISFIABLE, SETTLED, Event, Phase
 from kvclaims.statemachine.requests import RequestEvent, RequestPhase
 from kvclaims.vllm_binding import shutdown
 from kvclaims.vllm_binding.capacity import CapacityProof, peak_live_blocks
-from kvclaims.vllm_binding.config import SUPPORTED_MODES, BindingConfig
+from kvclaims.vllm_binding.config import DP_RANK_PLACEHOLDER, SUPPORTED_MODES, BindingConfig
 from kvclaims.vllm_binding.hybrid import HybridCheckpoints, HybridLayout, hybrid_layout
 from kvclaims.vllm_binding.metadata import (
+    NOTE_PREFIX,
     ClaimOp,
     ClaimRequest,
     MetadataRejection,
@@ -98,12 +99,6 @@ _MAX_NAMED_IN_STOP_REASON = 8
 
 PINNED_SWEEP_STEPS = 32
 """Pinned blocks are re-verified at least this often even without a known hash-stripping path."""
-
-
-NOTE_PREFIX = "kvclaims:"
-"""Stop reasons the binding writes start with this: `kvclaims:refused:...`,
-`kvclaims:claim_<accepted|attached|released|demoted>:<claim id>` and
-`kvclaims:claim_rejected:<claim id or ->:<reason>`."""
 
 
 def trace_request_id(request_id: str) -> str:
@@ -248,8 +243,11 @@ class ClaimArbiter:
             usable_blocks=self.usable_blocks,
             block_size=self.block_size,
             cache_identity=self.cache_identity(""),
+            engine_id=None
+            if self.config.engine_id is None
+            else self.config.engine_id.replace(DP_RANK_PLACEHOLDER, str(rank)),
         )
-        sink = TraceSink.open(path.replace("{dp_rank}", str(rank)), header)
+        sink = TraceSink.open(path.replace(DP_RANK_PLACEHOLDER, str(rank)), header)
         shutdown.guard(sink)
         return sink
 

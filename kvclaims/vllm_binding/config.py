@@ -112,6 +112,10 @@ class BindingConfig(SpecModel):
     `{dp_rank}` placeholder is replaced by the engine's data-parallel rank; without one, the
     engine of rank N > 0 writes `<stem>.dpN<suffix>` (`trace_template`)."""
     trace_source: Identifier | None = None
+    engine_id: Identifier | None = None
+    """The engine's name in a fleet, written into its trace header (`engine_id`) so that
+    `kvclaims check --fleet` can join routing events to the engine's stream; a `{dp_rank}`
+    placeholder is replaced by the engine's data-parallel rank."""
     protected_fraction: Fraction = 0.5
     """Cap on distinct protected blocks, as a fraction of the usable pool."""
     owner_protected_fraction: Fraction = 0.5

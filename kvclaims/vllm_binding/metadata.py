@@ -26,6 +26,11 @@ from kvclaims.spec.vocabulary import ProtectionMode
 
 KEY_PREFIX = "kvclaims_"
 
+NOTE_PREFIX = "kvclaims:"
+"""Stop reasons the binding writes start with this: `kvclaims:refused:...`,
+`kvclaims:claim_<accepted|attached|released|demoted>:<claim id>` and
+`kvclaims:claim_rejected:<claim id or ->:<reason>` (what a client reads back)."""
+
 RAW_TYPES_KEY = "kvclaims_raw_types"
 """The marker the HTTP boundary adds after checking the claim fields' raw JSON types (vLLM's
 request model coerces JSON `true` to `1` before the binding sees it)."""
