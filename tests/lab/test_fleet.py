@@ -2,8 +2,8 @@
 front (`kvclaims.lab.fleet`), and the verdicts the fleet check must give each scenario.
 
 A marked lane (`fleet`): it starts two engines at once (about 2.5 GiB) and restarts one, which
-takes minutes on a 2-core machine; `make fleet-lane` runs it (KVCLAIMS_FLEET_LANE=1), `make
-test` does not.
+takes minutes on a 2-core machine; `make test` and `make fleet-lane` run it
+(KVCLAIMS_FLEET_LANE=1), a bare `pytest` skips it.
 """
 
 from __future__ import annotations
