@@ -5,7 +5,9 @@ TRACE is a trace file, a directory (searched recursively for *.jsonl, *.ndjson, 
 trace v1 and the foreign vocabularies: blockpool, offload-hook, pydev-connector, and the KV
 block events of vLLM, TensorRT-LLM and SGLang (`vllm-kv-events`, `trtllm-kv-events`,
 `sglang-kv-events`: each needs `--registry`, an external claim registry; SGLang's frames look
-like vLLM's, so name `--format sglang-kv-events`). A rejection prints its counterexample
+like vLLM's, so name `--format sglang-kv-events`). A KV-event capture found without
+`--registry` gets its own `inconclusive` verdict and the other traces are still judged; naming
+a KV-event `--format` without `--registry` is bad input. A rejection prints its counterexample
 with the surrounding events; several traces print one summary table (in file order) and the
 totals by outcome. Several traces are checked in parallel, one process per core: `--jobs N` sets
 the number of processes, `--jobs 1` checks them one after another; the verdicts are the same.
@@ -57,6 +59,7 @@ from kvclaims.cli._common import (
 from kvclaims.refinement import fanout
 from kvclaims.refinement.sources import AUTO, FORMATS
 from kvclaims.spec.errors import InputError, Problem
+from kvclaims.spec.tables import KV_EVENT_FORMATS
 
 if TYPE_CHECKING:
     from kvclaims.refinement.verdict import TraceVerdict
@@ -123,6 +126,10 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(
             [Problem("-", "--evidence-out needs trace files: an evidence item cites its trace's path")]
         )
+    if args.format in KV_EVENT_FORMATS and args.registry is None:
+        # named for the whole run, so no trace of it could be judged: say so before reading any
+        needs = f"--format {args.format} captures need a claim registry (--registry FILE)"
+        raise InputError([Problem("--registry", needs)])
     _say_skipped(args.traces)
     if not files:
         stderr_console().print("[bold red]error:[/] no trace files found")

@@ -17,11 +17,8 @@ from pathlib import Path
 
 from kvclaims.refinement.verdict import Outcome, TraceVerdict
 from kvclaims.spec.evidence import Anchor, EvidenceItem
-from kvclaims.spec.tables import DEPTH_SUPPLIES, WITNESS_OBLIGATIONS
+from kvclaims.spec.tables import DEPTH_SUPPLIES, KV_EVENT_FORMATS, WITNESS_OBLIGATIONS
 from kvclaims.spec.vocabulary import AdapterDepth, AnchorKind, EvidenceScope, EvidenceStatus, Obligation
-
-KV_EVENT_FORMATS = ("vllm-kv-events", "sglang-kv-events", "trtllm-kv-events")
-"""Runtimes' block-event captures joined with an external claim registry."""
 
 ABSTRACTION_DEPTH: dict[str, AdapterDepth] = {name: AdapterDepth.telemetry_join for name in KV_EVENT_FORMATS}
 """Formats whose abstraction is itself an adapter of limited depth: a join of vLLM's block
