@@ -144,22 +144,17 @@ class Anchor(SpecModel):
                 found.append("trace anchor does not say how event order is preserved")
             if is_blank(self.claim_scope):
                 found.append("trace anchor does not say how events are tied to the claim")
-        if self._found is False:
-            found.append(f"anchored {self.kind} file does not exist: {self._resolved}")
-        elif self.sha256 is not None and self._digest_verified is not True:
-            found.append(
-                "anchor digest not verified"
-                if self._digest_verified is None
-                else f"sha256 of the anchored file {self._resolved} does not match"
-            )
-        if self._registry_found is False:
-            found.append(f"the anchor's claim registry does not exist: {self._registry_resolved}")
-        elif self.registry_sha256 is not None and self._registry_digest_verified is not True:
-            found.append(
-                "registry digest not verified"
-                if self._registry_digest_verified is None
-                else f"sha256 of the anchor's claim registry {self._registry_resolved} does not match"
-            )
+        checked_files = (
+            (f"anchored {self.kind} file", self._resolved, self._found, self.sha256, self._digest_verified),
+            (
+                "the anchor's claim registry",
+                self._registry_resolved,
+                self._registry_found,
+                self.registry_sha256,
+                self._registry_digest_verified,
+            ),
+        )
+        found += [problem for checked in checked_files if (problem := _file_problem(*checked))]
         return found
 
     @property
@@ -183,6 +178,19 @@ class Anchor(SpecModel):
             self._found = _is_file(self._resolved)
         if self.sha256 is not None:
             self._digest_verified = _file_sha256(self._resolved) == self.sha256
+
+
+def _file_problem(
+    what: str, resolved: Path | None, exists: bool | None, sha256: str | None, matched: bool | None
+) -> str | None:
+    """Why a file an anchor names does not count (None: it does): it is missing, or its digest
+    was given and is unverified or does not match."""
+    if exists is False:
+        return f"{what} does not exist: {resolved}"
+    if sha256 is not None and matched is not True:
+        unverified = f"{what}: digest not verified"
+        return unverified if matched is None else f"sha256 of {what} {resolved} does not match"
+    return None
 
 
 def fits_scope(anchor: Anchor, scope: EvidenceScope) -> bool:

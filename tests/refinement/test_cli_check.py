@@ -143,13 +143,23 @@ def test_no_evidence_is_written_unless_every_trace_is_accepted(tmp_path: Path) -
     assert not out.exists()
 
 
-def test_kv_events_without_a_registry_is_invalid_input(
+def test_a_kv_event_capture_found_without_a_registry_is_inconclusive(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     capture = tmp_path / "capture.jsonl"
     capture.write_text('{"seq": 0, "ts": 1.0, "events": []}\n')
-    assert kvclaims_check(str(capture)) == 2
-    assert "registry" in capsys.readouterr().err
+    assert kvclaims_check(str(capture)) == 3
+    assert "needs a claim registry (--registry FILE)" in capsys.readouterr().out
+
+
+def test_a_kv_event_format_named_without_a_registry_is_invalid_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capture = tmp_path / "capture.jsonl"
+    capture.write_text('{"seq": 0, "ts": 1.0, "events": []}\n')
+    assert kvclaims_check(str(capture), "--format", "vllm-kv-events") == 2
+    printed = capsys.readouterr()
+    assert "--registry" in printed.err and printed.out == ""
 
 
 def test_no_trace_files_is_invalid_input(tmp_path: Path) -> None:
