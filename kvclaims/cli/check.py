@@ -24,7 +24,8 @@ open prefix (a live trace, or one cut on purpose), as if it ended where it stops
 
 `--evidence-out FILE` writes the anchored evidence items (YAML, or JSON for *.json) that the
 traces supply, ready to cite in a runtime descriptor; it writes nothing unless every trace is
-accepted.
+accepted. A KV-event capture's anchors also name its format and `--registry` (path and
+sha256), so whoever re-checks the descriptor's evidence reads the capture as it was read here.
 
 Exit codes (the worst over all traces): 0 accepted, 1 rejected, 2 invalid input, 3 inconclusive.
 """
@@ -164,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
                 f"(worst outcome: {worst})"
             )
         else:
-            written = _write_evidence(args.evidence_out, files, verdicts)
+            written = _write_evidence(args.evidence_out, files, verdicts, args.registry)
             stderr_console().print(f"{written} evidence items written to {args.evidence_out}")
     return EXIT_CODES[worst.value]
 
@@ -392,13 +393,13 @@ def _print_summary(verdicts: list[Any]) -> None:
             print_one(verdict, stderr_console())
 
 
-def _write_evidence(out: Path, files: list[Path], verdicts: list[Any]) -> int:
+def _write_evidence(out: Path, files: list[Path], verdicts: list[Any], registry: Path | None) -> int:
     from kvclaims.refinement.evidence import evidence_items
 
     items = [
         item.model_dump(mode="json", exclude_defaults=True)
         for path, verdict in zip(files, verdicts, strict=True)
-        for item in evidence_items(verdict, path, relative_to=out.parent)
+        for item in evidence_items(verdict, path, relative_to=out.parent, registry=registry)
     ]
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.suffix == ".json":
