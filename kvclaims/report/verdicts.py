@@ -36,6 +36,8 @@ class TraceCheck:
     scenario: str
     trace: str
     """Path relative to the demo output folder."""
+    format: str
+    """The format the trace was read in (a trace its descriptors cite two ways has two checks)."""
     control: bool
     expected: str
     outcome: str
@@ -162,6 +164,7 @@ def check_traces(found: list[FoundTrace]) -> list[TraceCheck]:
                 lane=LANES.get(entry.lane, entry.lane),
                 scenario=entry.scenario,
                 trace=entry.shown,
+                format=verdict.format,
                 control=entry.scenario.startswith("control-"),
                 expected=expected,
                 outcome=outcome,
