@@ -5,7 +5,9 @@ TRACE is a trace file, a directory (searched recursively for *.jsonl, *.ndjson, 
 trace v1 and the foreign vocabularies: blockpool, offload-hook, pydev-connector, and the KV
 block events of vLLM, TensorRT-LLM and SGLang (`vllm-kv-events`, `trtllm-kv-events`,
 `sglang-kv-events`: each needs `--registry`, an external claim registry; SGLang's frames look
-like vLLM's, so name `--format sglang-kv-events`). A rejection prints its counterexample
+like vLLM's, so name `--format sglang-kv-events`). A KV-event capture found without
+`--registry` gets its own `inconclusive` verdict and the other traces are still judged; naming
+a KV-event `--format` without `--registry` is bad input. A rejection prints its counterexample
 with the surrounding events; several traces print one summary table (in file order) and the
 totals by outcome. Several traces are checked in parallel, one process per core: `--jobs N` sets
 the number of processes, `--jobs 1` checks them one after another; the verdicts are the same.
@@ -22,7 +24,8 @@ open prefix (a live trace, or one cut on purpose), as if it ended where it stops
 
 `--evidence-out FILE` writes the anchored evidence items (YAML, or JSON for *.json) that the
 traces supply, ready to cite in a runtime descriptor; it writes nothing unless every trace is
-accepted.
+accepted. A KV-event capture's anchors also name its format and `--registry` (path and
+sha256), so whoever re-checks the descriptor's evidence reads the capture as it was read here.
 
 `--fleet ROUTER` checks a fleet instead: TRACE... are the engines' own streams (each header
 names its `engine_id`), ROUTER the routing hook's stream; the engine streams are checked one by
@@ -63,6 +66,7 @@ from kvclaims.cli._common import (
 from kvclaims.refinement import fanout
 from kvclaims.refinement.sources import AUTO, FORMATS
 from kvclaims.spec.errors import InputError, Problem
+from kvclaims.spec.tables import KV_EVENT_FORMATS
 
 if TYPE_CHECKING:
     from kvclaims.refinement.verdict import TraceVerdict
@@ -131,6 +135,10 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(
             [Problem("-", "--evidence-out needs trace files: an evidence item cites its trace's path")]
         )
+    if args.format in KV_EVENT_FORMATS and args.registry is None:
+        # named for the whole run, so no trace of it could be judged: say so before reading any
+        needs = f"--format {args.format} captures need a claim registry (--registry FILE)"
+        raise InputError([Problem("--registry", needs)])
     _say_skipped(args.traces)
     if not files:
         stderr_console().print("[bold red]error:[/] no trace files found")
@@ -165,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
                 f"(worst outcome: {worst})"
             )
         else:
-            written = _write_evidence(args.evidence_out, files, verdicts)
+            written = _write_evidence(args.evidence_out, files, verdicts, args.registry)
             stderr_console().print(f"{written} evidence items written to {args.evidence_out}")
     return EXIT_CODES[worst.value]
 
@@ -423,13 +431,13 @@ def _print_summary(verdicts: list[Any]) -> None:
             print_one(verdict, stderr_console())
 
 
-def _write_evidence(out: Path, files: list[Path], verdicts: list[Any]) -> int:
+def _write_evidence(out: Path, files: list[Path], verdicts: list[Any], registry: Path | None) -> int:
     from kvclaims.refinement.evidence import evidence_items
 
     items = [
         item.model_dump(mode="json", exclude_defaults=True)
         for path, verdict in zip(files, verdicts, strict=True)
-        for item in evidence_items(verdict, path, relative_to=out.parent)
+        for item in evidence_items(verdict, path, relative_to=out.parent, registry=registry)
     ]
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.suffix == ".json":

@@ -4,7 +4,8 @@
 than `MAX_LINE_BYTES` is refused as soon as it passes the cap (a 100 MB line costs one chunk of
 memory, not 100 MB). A blank line, and a last line without its newline that does not parse,
 are findings too. `TraceInputError` carries a `Finding` (error class `parse` or `ordering`),
-which the caller turns into an `invalid` verdict.
+which the caller turns into an `invalid` verdict; format detection that cannot tell the format
+raises one of class `undecidable`, an `inconclusive` verdict.
 
 `explain_event_line` explains a trace v1 line the fast decoder refused: an event type trace v1
 does not know becomes an `UnknownEvent` (the verdict can then be at best inconclusive); anything
