@@ -361,7 +361,8 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
     )
     @rule(index=st.integers(0, 63))
     def reuse(self, index: int) -> None:
-        """A request returns to a claim's object (restoring it first if it was offloaded)."""
+        """A request returns to a claim's object (restoring it first: from the host tier if it
+        was offloaded, a materialized two-key claim's checkpoint in place)."""
         claim = self._pick(
             self._claims(
                 lambda c: c.phase not in (Phase.absent, Phase.submitted, Phase.rejected, Phase.released)

@@ -787,11 +787,19 @@ class MicroRuntime:
 
     def _reuse(self, record: RequestRecord, claim: MicroClaim, caching: bool) -> bool:
         """A request returns to a claim's object. Offloaded claims are restored first (restore
-        before reuse); a failed restore ends in a claim-scoped refusal. False if refused."""
+        before reuse), a materialized two-key claim's checkpoint in place; a failed restore
+        ends in a claim-scoped outcome. False if refused."""
         spec = record.spec
         covers = spec.blocks >= claim.required_blocks  # a shorter request never reads the whole predicate
         if claim.phase is Phase.offloaded and covers and not self._restore(record, claim):
             return False
+        if (
+            claim.spec.two_key
+            and claim.phase is Phase.materialized
+            and covers
+            and not record.restored_checkpoint
+        ):
+            self._resume_in_place(record, claim)
         satisfied = (
             covers
             and not record.restore_failed
@@ -831,24 +839,47 @@ class MicroRuntime:
         self._emit("resident_claim_restored", {"claim_id": claim_id, "request_id": spec.request_id})
         self._advance(claim, Event.restore)
         if claim.spec.two_key:
-            assert claim.checkpoint is not None and claim.recorded_value_hash is not None
-            result = restore(claim.checkpoint)
-            self._emit(
-                "resident_claim_checkpoint_restored",
-                {
-                    "claim_id": claim_id,
-                    "boundary": claim.checkpoint.boundary,
-                    "payload_hash": result.payload_hash,
-                    "value_hash": result.value_hash,
-                },
-            )
-            if not result.matches(claim.recorded_value_hash):
-                self._advance(claim, Event.restore_checkpoint_mismatch)
+            if not self._restore_checkpoint(claim):
                 return self._restoration_failed(record, claim, self.policy.restoration_failure_outcome)
-            self._advance(claim, Event.restore_checkpoint_match)
             record.restored_checkpoint = True
         self._protect_present(claim)
         return True
+
+    def _resume_in_place(self, record: RequestRecord, claim: MicroClaim) -> None:
+        """Seed 002: a reuse of a materialized two-key claim restores its checkpoint into the
+        request's live slot while the KV key stays in the device tier. A failure ends the
+        claim's responsibility (the policy's outcome, demotion where that is refusal: an
+        in-place claim has no other tier to be refused back to)."""
+        spec, claim_id = record.spec, claim.spec.claim_id
+        self._emit("resident_claim_restore_required", {"claim_id": claim_id, "request_id": spec.request_id})
+        self._advance(claim, Event.require_restore)
+        self._emit("resident_claim_restored", {"claim_id": claim_id, "request_id": spec.request_id})
+        self._advance(claim, Event.restore)
+        if self._restore_checkpoint(claim):
+            record.restored_checkpoint = True
+            return
+        outcome = self.policy.restoration_failure_outcome
+        self._restoration_failed(
+            record, claim, RestorationOutcome.demotion if outcome is RestorationOutcome.refusal else outcome
+        )
+
+    def _restore_checkpoint(self, claim: MicroClaim) -> bool:
+        """The checkpoint through payload -> scratch -> live -> view, reported; the claim
+        steps on whether its value hash is the recorded one (returned)."""
+        assert claim.checkpoint is not None and claim.recorded_value_hash is not None
+        result = restore(claim.checkpoint)
+        self._emit(
+            "resident_claim_checkpoint_restored",
+            {
+                "claim_id": claim.spec.claim_id,
+                "boundary": claim.checkpoint.boundary,
+                "payload_hash": result.payload_hash,
+                "value_hash": result.value_hash,
+            },
+        )
+        matches = result.matches(claim.recorded_value_hash)
+        self._advance(claim, Event.restore_checkpoint_match if matches else Event.restore_checkpoint_mismatch)
+        return matches
 
     def _protect_present(self, claim: MicroClaim) -> None:
         """Re-pin a claim that is resident again (after a restore)."""

@@ -240,14 +240,15 @@ class ResidentClaimOffloaded(_ClaimEvent):
 
 
 class ResidentClaimRestoreRequired(_ClaimEvent):
-    """A reuse by `request_id` needs the offloaded claim restored first."""
+    """A reuse by `request_id` needs the claim restored first: an offloaded claim, or (in
+    place, seed 002) a materialized two-key claim's checkpoint into the request's live slot."""
 
     event: Literal["resident_claim_restore_required"] = "resident_claim_restore_required"
     request_id: Identifier = Field(description="The request that reuses the claim.")
 
 
 class ResidentClaimRestored(_ClaimEvent):
-    """The offloaded claim is back in the device tier for `request_id`."""
+    """The claim's KV blocks are back (or, in place, still) in the device tier for `request_id`."""
 
     event: Literal["resident_claim_restored"] = "resident_claim_restored"
     request_id: Identifier = Field(description="The request the claim was restored for.")

@@ -61,6 +61,7 @@ from kvclaims.spec.trace import (
     ResidentClaimMaterialized,
     ResidentClaimRejected,
     ResidentClaimReleased,
+    ResidentClaimRestorationFailed,
     ResidentClaimSubmitted,
     TraceHeader,
     _Event,
@@ -141,7 +142,11 @@ def _hashing_problem(scheduler: Any) -> str | None:
     return None
 
 
-_SETTLE_EVENT = {Event.demote: ResidentClaimDemoted, Event.expire: ResidentClaimExpired}
+_SETTLE_EVENT = {
+    Event.demote: ResidentClaimDemoted,
+    Event.expire: ResidentClaimExpired,
+    Event.fail_restoration_demotion: ResidentClaimRestorationFailed,
+}
 
 
 @dataclass(eq=False, slots=True)
@@ -549,14 +554,14 @@ class ClaimArbiter:
         if record.offloadable and self.offload is not None:
             self.offload.release(record)
 
-    def _settle(self, record: ClaimRecord, event: Event, reason: str) -> None:
-        """Demote or expire (`event`): responsibility ends before any loss; blocks stay
-        watched, and a claim with none left is released."""
+    def _settle(self, record: ClaimRecord, event: Event, reason: str, **fields: Any) -> None:
+        """Demote or expire (`event`, reported with `fields`): responsibility ends before any
+        loss; blocks stay watched, and a claim with none left is released."""
         self.ledger.check(record, event)
         self._unpin_all(record)
         self.ledger.advance(record, event)
         self._materializing.discard(record)
-        self._emit(_SETTLE_EVENT[event], claim_id=record.claim_id, reason=reason)
+        self._emit(_SETTLE_EVENT[event], claim_id=record.claim_id, reason=reason, **fields)
         if not record.held_count:
             self._release(record, f"nothing left to watch after {record.phase}")
 
@@ -670,6 +675,12 @@ class ClaimArbiter:
         its pins and host-copy hold go, it steps to demoted (released at once if it holds no
         block). An illegal demotion raises `IllegalTransition` before anything changes."""
         self._settle(record, Event.demote, reason)
+
+    def fail_restoration(self, record: ClaimRecord, trace_id: str, reason: str) -> None:
+        """A restore of the claim for request `trace_id` failed: its outcome is demotion
+        (`resident_claim_restoration_failed`, reported before any loss), which ends its
+        responsibility as `demote` does. An illegal one raises `IllegalTransition` first."""
+        self._settle(record, Event.fail_restoration_demotion, reason, request_id=trace_id, outcome="demotion")
 
     def watch_materialization(self, record: ClaimRecord) -> None:
         """Hold the claim's blocks again as its feeders compute or load them."""

@@ -23,7 +23,7 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvclaims.spec.claims import ResidentClaimInput
+from kvclaims.spec.claims import HybridTwoKey, ResidentClaimInput
 from kvclaims.spec.tables import OFFLOAD_MODES, PRESERVING_MODES
 from kvclaims.spec.vocabulary import ClaimState, ProtectionMode
 from kvclaims.statemachine.ledger import Claim, ClaimLedger
@@ -60,7 +60,7 @@ class ClaimRecord(Claim):
             mode=mode,
             footprint_blocks=len(hashes),
             required_blocks=required_blocks,
-            profile=ClaimProfile.of(mode),
+            profile=ClaimProfile.of(mode, two_key=isinstance(claim.materialization_predicate, HybridTwoKey)),
         )
         self.claim, self.hashes, self.keys = claim, hashes, keys
         self.source_request_id, self.accepted_step = source_request_id, accepted_step
