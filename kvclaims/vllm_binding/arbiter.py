@@ -81,7 +81,7 @@ from kvclaims.vllm_binding.metadata import (
     shown,
 )
 from kvclaims.vllm_binding.offload import ClaimOffload
-from kvclaims.vllm_binding.registry import PINNED_MODES, ClaimRecord, ClaimRegistry, agreement
+from kvclaims.vllm_binding.registry import PINNED_MODES, UNATTRIBUTED, ClaimRecord, ClaimRegistry, agreement
 from kvclaims.vllm_binding.telemetry import EventSink, NullSink, TraceSink
 
 logger = logging.getLogger(__name__)
@@ -193,6 +193,8 @@ class ClaimArbiter:
             owner_protected_fraction=config.owner_protected_fraction,
             max_claims=config.max_claims,
             max_decided_claim_ids=config.max_decided_claim_ids,
+            max_claims_per_owner=config.max_claims_per_owner,
+            max_decided_claim_ids_per_owner=config.max_decided_claim_ids_per_owner,
         )
         self.ledger = self.registry.ledger
         self.step = 0
@@ -323,11 +325,12 @@ class ClaimArbiter:
         if parsed is None:
             return
         if isinstance(parsed, MetadataRejection):
-            self._reject(parsed.claim_id, parsed.reason, book, spend=True)
+            self._reject(parsed.claim_id, parsed.reason, book, charge=UNATTRIBUTED)
             return
         owner = owner_of(parsed, default_owner=self.config.default_owner, hmac_key=self.config.owner_hmac_key)
         if isinstance(owner, MetadataRejection):
-            self._reject(parsed.claim_id, owner.reason, book, spend=parsed.op is ClaimOp.submit)
+            charge = UNATTRIBUTED if parsed.op is ClaimOp.submit else None
+            self._reject(parsed.claim_id, owner.reason, book, charge=charge)
             return
         if parsed.op is ClaimOp.submit:
             self._submit(request, parsed, owner, book)
@@ -351,17 +354,23 @@ class ClaimArbiter:
         self._traced_ids.add(candidate)
         return candidate
 
-    def _reject(self, claim_id: str | None, reason: str, book: RequestBook, *, spend: bool) -> None:
+    def _reject(self, claim_id: str | None, reason: str, book: RequestBook, *, charge: str | None) -> None:
         """Refuse a claim operation; the request is served as an ordinary one.
 
         A new, well-formed claim id of a submission is spent by the rejection (ids are decided
-        once). Operations that cannot be reported under their own id (a malformed id, an id
-        already decided, an operation on an existing claim) get a fresh `rejected-N` handle,
+        once), charged to the owner `charge` while that owner's id quota lasts. Operations that
+        cannot be reported under their own id (a malformed id, an id already decided, an
+        operation on an existing claim, an exhausted quota) get a fresh `rejected-N` handle,
         with the named id (bounded) in the reason.
         """
         book.claim_note = f"{NOTE_PREFIX}claim_rejected:{claim_id or '-'}:{reason}"
-        if spend and claim_id is not None and not self.registry.is_decided(claim_id):
-            self.registry.decide(claim_id)
+        if (
+            charge is not None
+            and claim_id is not None
+            and not self.registry.is_decided(claim_id)
+            and self.registry.spend_problem(charge) is None
+        ):
+            self.registry.decide(claim_id, charge)
             subject = claim_id
         else:
             self._rejection_handles += 1
@@ -372,8 +381,17 @@ class ClaimArbiter:
         self._emit(ResidentClaimRejected, claim_id=subject, reason=reason, request_id=book.trace_id)
 
     def _submit(self, request: Request, op: ClaimRequest, owner: str, book: RequestBook) -> None:
+        if self.config.owner_scoped_claim_ids and not op.claim_id.startswith(f"{owner}:"):
+            self._reject(
+                op.claim_id, f"claim id must begin with {shown(owner + ':')} (its owner)", book, charge=None
+            )
+            return
         if self.registry.is_decided(op.claim_id):
-            self._reject(op.claim_id, "claim id already decided (ids are single-use)", book, spend=False)
+            self._reject(op.claim_id, "claim id already decided (ids are single-use)", book, charge=None)
+            return
+        quota = self.registry.spend_problem(owner)
+        if quota is not None:
+            self._reject(op.claim_id, quota, book, charge=None)
             return
         problem = self._submission_problem(request, op)
         claim = None
@@ -383,7 +401,7 @@ class ClaimArbiter:
             if isinstance(claim, MetadataRejection):
                 problem, claim = claim.reason, None
         if claim is None:
-            self._reject(op.claim_id, problem or "invalid claim", book, spend=True)
+            self._reject(op.claim_id, problem or "invalid claim", book, charge=owner)
             return
         predicate = claim.materialization_predicate
         assert isinstance(predicate, LeadingPrefixAtLeast)
@@ -405,7 +423,7 @@ class ClaimArbiter:
                 f"footprint of {footprint} blocks exceeds the request's "
                 f"{full_prompt_blocks} full prompt blocks",
                 book,
-                spend=True,
+                charge=owner,
             )
             return
         hashes = tuple(request.block_hashes[:footprint])
@@ -414,7 +432,7 @@ class ClaimArbiter:
             self._feasibility_problem(request, hashes) if pinned else None
         )
         if problem is not None:
-            self._reject(claim.claim_id, problem, book, spend=True)
+            self._reject(claim.claim_id, problem, book, charge=owner)
             return
         record = ClaimRecord(
             claim=claim,
@@ -437,6 +455,8 @@ class ClaimArbiter:
     def _submission_problem(self, request: Request, op: ClaimRequest) -> str | None:
         if self.unsupported is not None:
             return f"claims are not supported on this engine: {self.unsupported}"
+        if self.sink.failure is not None:
+            return f"the claim trace is unwritable ({self.sink.failure}): no new claims"
         assert op.mode is not None
         if op.mode not in SUPPORTED_MODES:
             return f"mode {op.mode} is not supported by this binding"
@@ -482,9 +502,9 @@ class ClaimArbiter:
     def _attach(self, request: Request, op: ClaimRequest, owner: str, book: RequestBook) -> None:
         record = self.registry.claims.get(op.claim_id)
         if record is None:
-            self._reject(op.claim_id, "attach: no such live claim", book, spend=False)
+            self._reject(op.claim_id, "attach: no such live claim", book, charge=None)
         elif record.owner != owner:
-            self._reject(op.claim_id, "attach: the claim belongs to another owner", book, spend=False)
+            self._reject(op.claim_id, "attach: the claim belongs to another owner", book, charge=None)
         else:
             book.attached = record.claim_id
             book.claim_note = f"{NOTE_PREFIX}claim_attached:{record.claim_id}"
@@ -495,9 +515,9 @@ class ClaimArbiter:
     def _owner_settles(self, op: ClaimRequest, owner: str, book: RequestBook) -> None:
         record = self.registry.claims.get(op.claim_id)
         if record is None:
-            self._reject(op.claim_id, f"{op.op}: no such live claim", book, spend=False)
+            self._reject(op.claim_id, f"{op.op}: no such live claim", book, charge=None)
         elif record.owner != owner:
-            self._reject(op.claim_id, f"{op.op}: the claim belongs to another owner", book, spend=False)
+            self._reject(op.claim_id, f"{op.op}: the claim belongs to another owner", book, charge=None)
         elif op.op is ClaimOp.release:
             self._release(record, f"released by its owner (request {book.trace_id})")
             book.claim_note = f"{NOTE_PREFIX}claim_released:{record.claim_id}"
@@ -505,7 +525,7 @@ class ClaimArbiter:
             self._settle(record, Event.demote, f"demoted by its owner (request {book.trace_id})")
             book.claim_note = f"{NOTE_PREFIX}claim_demoted:{record.claim_id}"
         else:
-            self._reject(op.claim_id, f"demote: the claim is already {record.state}", book, spend=False)
+            self._reject(op.claim_id, f"demote: the claim is already {record.state}", book, charge=None)
 
     # -- claim state changes ---------------------------------------------------------------
 
