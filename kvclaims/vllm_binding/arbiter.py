@@ -635,9 +635,7 @@ class ClaimArbiter:
         """
         pinned = pinned or self._pins_suspect or self.step % PINNED_SWEEP_STEPS == 0
         self._pins_suspect = False
-        for record in self.registry.with_blocks():
-            if pinned or not record.protected:
-                self._check_record(record)
+        self._check_records([r for r in self.registry.with_blocks() if pinned or not r.protected])
 
     def check_claim(self, record: ClaimRecord) -> None:
         """Report now any block the claim lost (e.g. before a restoration is reported)."""
@@ -654,25 +652,31 @@ class ClaimArbiter:
         self._materializing.add(record)
 
     def _check_record(self, record: ClaimRecord) -> None:
-        keys = record.keys
-        lost = [
-            (position, block)
-            for position, block in enumerate(record.slots)
-            if block is not None and block._block_hash != keys[position]
-        ]
-        if lost:
+        if _lost(record):  # the lost block may be shared: every claim holding one is checked
+            self._check_records(self.registry.with_blocks())
+
+    def _check_records(self, records: list[ClaimRecord]) -> None:
+        """Report the losses of `records`: first every offload they cause, then the removals
+        and what follows. A block several claims hold is removed for all of them at its first
+        `block_removed`, so an offloadable claim's offload must precede every claim's removal."""
+        losses = [(record, lost) for record in records if (lost := _lost(record))]
+        for record, lost in losses:
+            self._offload_before_loss(record, lost)
+        for record, lost in losses:
             self._on_loss(record, lost)
 
-    def _on_loss(self, record: ClaimRecord, lost: list[tuple[int, Any]]) -> None:
-        pinned = record.protected
-        if pinned:
-            self.registry.pins_changed()
+    def _offload_before_loss(self, record: ClaimRecord, lost: list[tuple[int, Any]]) -> None:
         if record.offloadable and record.phase is Phase.materialized and self.offload is not None:
             leading_after = min(record.leading_blocks, min(position for position, _ in lost))
             if leading_after < record.required_blocks:
                 # Offloaded, not harmed, iff the host copy already holds the whole predicate;
                 # reported before the removals that break the predicate on the device.
                 self.offload.offload_if_restorable(record)
+
+    def _on_loss(self, record: ClaimRecord, lost: list[tuple[int, Any]]) -> None:
+        pinned = record.protected
+        if pinned:
+            self.registry.pins_changed()
         for position, block in lost:
             if pinned:
                 self._pool.free_blocks([block])
@@ -1049,6 +1053,16 @@ class ClaimArbiter:
     def deferred_request_ids(self) -> frozenset[str]:
         """Requests held back by a deferral now (changes nothing)."""
         return frozenset(self._deferred)
+
+
+def _lost(record: ClaimRecord) -> list[tuple[int, Any]]:
+    """The claim's held blocks that no longer carry its cache key, by position."""
+    keys = record.keys
+    return [
+        (position, block)
+        for position, block in enumerate(record.slots)
+        if block is not None and block._block_hash != keys[position]
+    ]
 
 
 def _vllm_version() -> str:
