@@ -74,7 +74,9 @@ class ServerSpec:
     max_num_seqs: int = 8
     binding_config: dict[str, Any] = field(default_factory=dict)
     file_size_limit: int | None = None
-    """RLIMIT_FSIZE for the server's processes (a full disk for the trace); SIGXFSZ ignored."""
+    """RLIMIT_FSIZE set on the engine core once the server is healthy: a full disk for the
+    trace (Python ignores SIGXFSZ, so a write past it fails with EFBIG). Not at start: vLLM
+    sizes its shared-memory queues with ftruncate, which the limit refuses."""
 
     def command(self, port: int) -> list[str]:
         engine = [
@@ -121,18 +123,16 @@ class ServedEngine:
     def __enter__(self) -> ServedEngine:
         environment = {**os.environ, "VLLM_HOST_IP": "127.0.0.1", "VLLM_NO_USAGE_STATS": "1"}
         start = time.monotonic()
-        limit = self.spec.file_size_limit
         self.process = subprocess.Popen(
-            self.spec.command(self.port),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=environment,
-            preexec_fn=None if limit is None else lambda: _limit_file_size(limit),
+            self.spec.command(self.port), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environment
         )
-        # the log goes through a pipe: a file-size limit on the server must not cut its log
+        # the log goes through a pipe: a file-size limit on the engine must not cut its log
         threading.Thread(target=_copy, args=(self.process.stdout, self.log_path), daemon=True).start()
         try:
             self._wait_healthy(start)
+            limit = self.spec.file_size_limit
+            if limit is not None:
+                resource.prlimit(self.engine_core_pid(), resource.RLIMIT_FSIZE, (limit, limit))
         except BaseException:
             self.kill()
             raise
@@ -220,11 +220,6 @@ class ServedEngine:
             except OSError:
                 pass
         self.process.wait(timeout=60)
-
-
-def _limit_file_size(limit: int) -> None:
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a refused write is an OSError, not a kill
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
 
 def _copy(source: IO[bytes] | None, target: Path) -> None:

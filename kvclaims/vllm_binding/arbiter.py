@@ -592,6 +592,8 @@ class ClaimArbiter:
             stored.append(position)
         if stored and record.protected:
             self.registry.pins_changed()
+        if stored:
+            self._report_reuse_of({record.slots[position].block_id for position in stored}, record)
         for position in stored:
             self._emit(
                 BlockStored,
@@ -607,6 +609,20 @@ class ClaimArbiter:
             self._emit(ResidentClaimMaterialized, claim_id=record.claim_id, leading_blocks=leading)
         if leading >= len(record.slots):
             self._materializing.discard(record)
+
+    def _report_reuse_of(self, block_ids: set[int], holder: ClaimRecord) -> None:
+        """Before blocks are reported stored for `holder`: another claim may still hold one of
+        them under the key it had before vLLM evicted and reused it (a feeder finishing inside
+        vLLM's `update_from_output` stores before the step's loss check). That loss is reported
+        first: a block is its id and its content."""
+        others = [
+            record
+            for record in self.registry.with_blocks()
+            if record is not holder
+            and any(slot is not None and slot.block_id in block_ids for slot in record.slots)
+        ]
+        if others:
+            self._check_records(others)
 
     def _request_blocks(self, request_id: str) -> list[Any]:
         managers = self._s.kv_cache_manager.coordinator.single_type_managers

@@ -7,7 +7,7 @@ concurrent clients (`kvclaims.lab.soak`).
    path: the killed stream is kept beside the new one, the new stream keeps none of the old
    claims, and after a short soak with a hostile tenant and SIGTERM it is accepted with every
    seq present.
-2. A full disk for the trace (RLIMIT_FSIZE on the server): the binding stops accepting claims
+2. A full disk for the trace (RLIMIT_FSIZE on the engine core): the binding stops accepting claims
    with the reason, requests keep being served, and the server log says so.
 
 One server at a time, killed in teardown. Figures for the long form: bench/soak.py.
