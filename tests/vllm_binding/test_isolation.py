@@ -293,3 +293,34 @@ def _header(line: bytes) -> Any:
     from kvclaims.spec.trace import TraceHeader
 
     return TraceHeader.model_validate_json(line.splitlines()[0])
+
+
+# -- block reuse under pressure -------------------------------------------------------------------
+
+
+def test_a_reused_block_is_reported_removed_before_it_is_reported_stored_again(tmp_path: Path) -> None:
+    """A watched claim's cached blocks are evicted and reused by a request whose own claim is
+    stored when it finishes, inside vLLM's `update_from_output`, before the step's loss check:
+    the old claim's removal must still come first (a block is its id and its content). Found by
+    the long soak (bench/soak.py)."""
+    from kvclaims.lab.scheduler_lane import LaneSpec, SchedulerLane
+
+    trace = tmp_path / "t.ndjson"
+    running = SchedulerLane(LaneSpec(usable_blocks=8, binding=BindingConfig(trace_path=str(trace))))
+    running.add("w", tokens("w", 2), extra_args=sub("a:w", "a", "best_effort", 2))
+    running.run()
+    running.add("m", tokens("m", 7), max_tokens=1, extra_args=sub("b:m", "b", "best_effort", 7))
+    running.run()
+    running.close()
+    events = [json.loads(line) for line in trace.read_text().splitlines()[1:]]
+    stored_by_m = {
+        e["block_id"]: e["seq"] for e in events if e["event"] == "block_stored" and e["claim_id"] == "b:m"
+    }
+    removed_from_w = {
+        e["block_id"]: e["seq"] for e in events if e["event"] == "block_removed" and e["claim_id"] == "a:w"
+    }
+    shared = stored_by_m.keys() & removed_from_w.keys()
+    assert shared, "the workload must make m reuse one of w's blocks"
+    assert all(removed_from_w[b] < stored_by_m[b] for b in shared)
+    verdict = check_trace(trace)
+    assert verdict.outcome == "accepted", verdict.reason
