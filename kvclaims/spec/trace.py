@@ -16,7 +16,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from kvclaims.spec._types import (
     FormatVersion,
@@ -53,6 +53,11 @@ class TraceHeader(_TraceModel):
     cache_identity: CacheIdentity | None = Field(
         None, description="The identity inside which cached prefixes are one reusable object."
     )
+    engine_id: Identifier | None = Field(
+        None,
+        description="The engine this stream belongs to in a fleet (one ordered stream per engine); "
+        "routing events name engines by it. Null outside a fleet.",
+    )
 
 
 # Source: seed 000 section 7.
@@ -72,6 +77,27 @@ class ConflictReason(StrEnum):
     restoration_failed = "restoration_failed"
 
 
+MAX_TENSOR_DIMS = 8
+MAX_CHECKPOINT_TENSORS = 4096
+"""Bounds on a checkpoint's ABI metadata (a trace never sizes anything by its own numbers)."""
+
+
+# Source: seed 002 ("tensor metadata").
+class CheckpointTensor(_TraceModel):
+    """The ABI metadata of one non-KV state tensor in a checkpoint: what it is, where it
+    lives, and how its stored bytes mean a logical value."""
+
+    kind: Identifier = Field(description="The tensor kind (e.g. conv_state, ssm_state).")
+    layer: Identifier = Field(description="The model layer the state belongs to.")
+    shape: list[NonNegativeInt] = Field(max_length=MAX_TENSOR_DIMS, description="The logical shape.")
+    logical_dtype: Identifier = Field(description="The dtype the logical value is compared in.")
+    storage_dtype: Identifier = Field(description="The dtype the payload bytes are stored in.")
+    layout: Identifier = Field(
+        description="The layout tag: how the stored bytes map to the logical value "
+        "(row_major, column_major); a backend's unknown layout fails closed."
+    )
+
+
 # Source: seed 002.
 class Checkpoint(_TraceModel):
     """A two-key checkpoint at boundary B: immutable payload bytes and logical value."""
@@ -80,6 +106,11 @@ class Checkpoint(_TraceModel):
     payload_hash: Identifier = Field(description="Hash of the checkpoint's bytes.")
     value_hash: Identifier = Field(
         description="Hash of the checkpoint's logical value; only this key establishes equality."
+    )
+    tensors: Annotated[list[CheckpointTensor], Field(max_length=MAX_CHECKPOINT_TENSORS)] | None = Field(
+        None,
+        description="The ABI metadata of the state tensors the hashes cover, in hashing order "
+        "(runtimes that restore real tensors record it).",
     )
 
 
@@ -318,6 +349,12 @@ class RequestReused(_Event):
     claim_id: Identifier = Field(description="The claim reused.")
     cached_blocks: PrefixBlocks = Field(description="Leading blocks served from the cache.")
     predicate_satisfied: StrictBool = Field(description="Whether the claim's predicate held at reuse.")
+    checkpoint: Checkpoint | None = Field(
+        None,
+        description="A two-key claim resumed in place (its state restored from the device tier "
+        "into the request's live slot): the restored state's checkpoint. A satisfied reuse's "
+        "boundary and value_hash must equal the materialization checkpoint's.",
+    )
 
 
 class RequestFinished(_Event):
@@ -386,6 +423,54 @@ class TraceClosed(_Event):
     reason: CloseReason = Field(description="Why the writer ended the trace.")
 
 
+class RouteOutcome(StrEnum):
+    """What a routed reuse of a claim came to on the engine the router chose."""
+
+    delivered = "delivered"
+    """The chosen engine holds the claim and served its reuse with at least the predicted blocks."""
+    missed = "missed"
+    """Anything else: the claim is held elsewhere, or fewer blocks were served than predicted."""
+
+
+class RouteDecided(_Event):
+    """A router chose an engine for `request_id`, a reuse of `claim_id` (router stream)."""
+
+    event: Literal["route_decided"] = "route_decided"
+    request_id: Identifier = Field(description="The routed request, as the engines' streams name it.")
+    claim_id: Identifier = Field(description="The claim whose reuse the request is.")
+    candidate_engines: list[Identifier] = Field(
+        min_length=1, max_length=1024, description="The engines the router chose among (distinct)."
+    )
+    chosen_engine: Identifier = Field(
+        description="The engine the request was sent to; one of the candidates."
+    )
+    predicted_hit_blocks: PrefixBlocks = Field(
+        description="Leading blocks of the claim's prefix the router predicted cached on the chosen engine."
+    )
+
+    @model_validator(mode="after")
+    def _chosen_among_candidates(self) -> RouteDecided:
+        if len(set(self.candidate_engines)) != len(self.candidate_engines):
+            raise ValueError("candidate_engines: an engine is named twice")
+        if self.chosen_engine not in self.candidate_engines:
+            raise ValueError("chosen_engine: not one of candidate_engines")
+        return self
+
+
+class RouteReuseReported(_Event):
+    """What the routed reuse of `claim_id` by `request_id` came to on `engine` (router stream)."""
+
+    event: Literal["route_reuse_reported"] = "route_reuse_reported"
+    request_id: Identifier = Field(description="The routed request.")
+    claim_id: Identifier = Field(description="The claim whose reuse was routed.")
+    engine: Identifier = Field(description="The engine that served the request.")
+    delivered_blocks: PrefixBlocks = Field(
+        description="Leading blocks of the claim's prefix the engine served from its cache for the "
+        "request, attributed to the claim (0 when the engine does not hold the claim)."
+    )
+    outcome: RouteOutcome = Field(description="Whether the routed reuse was delivered or missed.")
+
+
 _EVENT_CLASSES: tuple[type[_Event], ...] = (
     ResidentClaimSubmitted,
     ResidentClaimAccepted,
@@ -425,3 +510,16 @@ CLAIM_EVENT_TYPES: frozenset[str] = frozenset(
 
 TraceEvent = Annotated[Union[_EVENT_CLASSES], Field(discriminator="event")]  # noqa: UP007
 """Any one event line, discriminated by `event`."""
+
+
+_ROUTING_CLASSES: tuple[type[_Event], ...] = (RouteDecided, RouteReuseReported, TraceClosed)
+
+ROUTING_EVENT_MODELS: dict[str, type[_Event]] = {
+    model.model_fields["event"].default: model for model in _ROUTING_CLASSES
+}
+"""Every event type of a router stream (a fleet's routing hook writes it; `kvclaims check
+--fleet` judges it together with the engines' streams). Not engine events: a single-stream
+check finds them unknown (inconclusive)."""
+
+RoutingEvent = Annotated[Union[_ROUTING_CLASSES], Field(discriminator="event")]  # noqa: UP007
+"""Any one router stream line, discriminated by `event`."""

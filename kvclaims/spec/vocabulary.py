@@ -246,6 +246,9 @@ class ConformanceRule(StrEnum):
     duration = "duration"
     block_identity = "block_identity"
     terms = "terms"
+    route_placement = "route_placement"
+    route_attribution = "route_attribution"
+    route_miss_reported = "route_miss_reported"
 
 
 class TraceWitness(StrEnum):

@@ -368,3 +368,12 @@ def test_a_claim_operation_without_a_usable_id_says_so_plainly(tmp_path: Path) -
     lines = (tmp_path / "trace.ndjson").read_text().splitlines()
     rejected = [json.loads(x) for x in lines if '"resident_claim_rejected"' in x]
     assert [r["reason"] for r in rejected] == ["kvclaims_claim_id is required"]
+
+
+def test_the_engine_id_names_the_stream_in_its_header(tmp_path: Path) -> None:
+    import json
+
+    running = lane(tmp_path, config={"engine_id": "engine-{dp_rank}"})
+    running.close()
+    header = json.loads((tmp_path / "trace.ndjson").read_text().splitlines()[0])
+    assert header["engine_id"] == "engine-0"
