@@ -85,7 +85,7 @@ from kvclaims.vllm_binding.metadata import (
     shown,
 )
 from kvclaims.vllm_binding.offload import ClaimOffload
-from kvclaims.vllm_binding.registry import PINNED_MODES, ClaimRecord, ClaimRegistry, agreement
+from kvclaims.vllm_binding.registry import PINNED_MODES, UNATTRIBUTED, ClaimRecord, ClaimRegistry, agreement
 from kvclaims.vllm_binding.telemetry import EventSink, NullSink, TraceSink
 
 logger = logging.getLogger(__name__)
@@ -211,6 +211,8 @@ class ClaimArbiter:
             owner_protected_fraction=config.owner_protected_fraction,
             max_claims=config.max_claims,
             max_decided_claim_ids=config.max_decided_claim_ids,
+            max_claims_per_owner=config.max_claims_per_owner,
+            max_decided_claim_ids_per_owner=config.max_decided_claim_ids_per_owner,
         )
         self.ledger = self.registry.ledger
         self.step = 0
@@ -349,11 +351,12 @@ class ClaimArbiter:
         if parsed is None:
             return
         if isinstance(parsed, MetadataRejection):
-            self._reject(parsed.claim_id, parsed.reason, book, spend=True)
+            self._reject(parsed.claim_id, parsed.reason, book, charge=UNATTRIBUTED)
             return
         owner = owner_of(parsed, default_owner=self.config.default_owner, hmac_key=self.config.owner_hmac_key)
         if isinstance(owner, MetadataRejection):
-            self._reject(parsed.claim_id, owner.reason, book, spend=parsed.op is ClaimOp.submit)
+            charge = UNATTRIBUTED if parsed.op is ClaimOp.submit else None
+            self._reject(parsed.claim_id, owner.reason, book, charge=charge)
             return
         if parsed.op is ClaimOp.submit:
             self._submit(request, parsed, owner, book)
@@ -377,17 +380,23 @@ class ClaimArbiter:
         self._traced_ids.add(candidate)
         return candidate
 
-    def _reject(self, claim_id: str | None, reason: str, book: RequestBook, *, spend: bool) -> None:
+    def _reject(self, claim_id: str | None, reason: str, book: RequestBook, *, charge: str | None) -> None:
         """Refuse a claim operation; the request is served as an ordinary one.
 
         A new, well-formed claim id of a submission is spent by the rejection (ids are decided
-        once). Operations that cannot be reported under their own id (a malformed id, an id
-        already decided, an operation on an existing claim) get a fresh `rejected-N` handle,
+        once), charged to the owner `charge` while that owner's id quota lasts. Operations that
+        cannot be reported under their own id (a malformed id, an id already decided, an
+        operation on an existing claim, an exhausted quota) get a fresh `rejected-N` handle,
         with the named id (bounded) in the reason.
         """
         book.claim_note = f"{NOTE_PREFIX}claim_rejected:{claim_id or '-'}:{reason}"
-        if spend and claim_id is not None and not self.registry.is_decided(claim_id):
-            self.registry.decide(claim_id)
+        if (
+            charge is not None
+            and claim_id is not None
+            and not self.registry.is_decided(claim_id)
+            and self.registry.spend_problem(charge) is None
+        ):
+            self.registry.decide(claim_id, charge)
             subject = claim_id
         else:
             self._rejection_handles += 1
@@ -398,8 +407,17 @@ class ClaimArbiter:
         self._emit(ResidentClaimRejected, claim_id=subject, reason=reason, request_id=book.trace_id)
 
     def _submit(self, request: Request, op: ClaimRequest, owner: str, book: RequestBook) -> None:
+        if self.config.owner_scoped_claim_ids and not op.claim_id.startswith(f"{owner}:"):
+            self._reject(
+                op.claim_id, f"claim id must begin with {shown(owner + ':')} (its owner)", book, charge=None
+            )
+            return
         if self.registry.is_decided(op.claim_id):
-            self._reject(op.claim_id, "claim id already decided (ids are single-use)", book, spend=False)
+            self._reject(op.claim_id, "claim id already decided (ids are single-use)", book, charge=None)
+            return
+        quota = self.registry.spend_problem(owner)
+        if quota is not None:
+            self._reject(op.claim_id, quota, book, charge=None)
             return
         problem = self._submission_problem(request, op)
         claim = None
@@ -409,7 +427,7 @@ class ClaimArbiter:
             if isinstance(claim, MetadataRejection):
                 problem, claim = claim.reason, None
         if claim is None:
-            self._reject(op.claim_id, problem or "invalid claim", book, spend=True)
+            self._reject(op.claim_id, problem or "invalid claim", book, charge=owner)
             return
         predicate = claim.materialization_predicate
         footprint = claim.footprint_blocks
@@ -430,7 +448,7 @@ class ClaimArbiter:
                 f"footprint of {footprint} blocks exceeds the request's "
                 f"{full_prompt_blocks} full prompt blocks",
                 book,
-                spend=True,
+                charge=owner,
             )
             return
         hashes = tuple(request.block_hashes[:footprint])
@@ -439,7 +457,7 @@ class ClaimArbiter:
             self._feasibility_problem(request, hashes) if pinned else None
         )
         if problem is not None:
-            self._reject(claim.claim_id, problem, book, spend=True)
+            self._reject(claim.claim_id, problem, book, charge=owner)
             return
         record = ClaimRecord(
             claim=claim,
@@ -462,6 +480,8 @@ class ClaimArbiter:
     def _submission_problem(self, request: Request, op: ClaimRequest) -> str | None:
         if self.unsupported is not None:
             return f"claims are not supported on this engine: {self.unsupported}"
+        if self.sink.failure is not None:
+            return f"the claim trace is unwritable ({self.sink.failure}): no new claims"
         assert op.mode is not None
         if op.mode not in SUPPORTED_MODES:
             return f"mode {op.mode} is not supported by this binding"
@@ -515,9 +535,9 @@ class ClaimArbiter:
     def _attach(self, request: Request, op: ClaimRequest, owner: str, book: RequestBook) -> None:
         record = self.registry.claims.get(op.claim_id)
         if record is None:
-            self._reject(op.claim_id, "attach: no such live claim", book, spend=False)
+            self._reject(op.claim_id, "attach: no such live claim", book, charge=None)
         elif record.owner != owner:
-            self._reject(op.claim_id, "attach: the claim belongs to another owner", book, spend=False)
+            self._reject(op.claim_id, "attach: the claim belongs to another owner", book, charge=None)
         else:
             book.attached = record.claim_id
             book.claim_note = f"{NOTE_PREFIX}claim_attached:{record.claim_id}"
@@ -528,9 +548,9 @@ class ClaimArbiter:
     def _owner_settles(self, op: ClaimRequest, owner: str, book: RequestBook) -> None:
         record = self.registry.claims.get(op.claim_id)
         if record is None:
-            self._reject(op.claim_id, f"{op.op}: no such live claim", book, spend=False)
+            self._reject(op.claim_id, f"{op.op}: no such live claim", book, charge=None)
         elif record.owner != owner:
-            self._reject(op.claim_id, f"{op.op}: the claim belongs to another owner", book, spend=False)
+            self._reject(op.claim_id, f"{op.op}: the claim belongs to another owner", book, charge=None)
         elif op.op is ClaimOp.release:
             self._release(record, f"released by its owner (request {book.trace_id})")
             book.claim_note = f"{NOTE_PREFIX}claim_released:{record.claim_id}"
@@ -538,7 +558,7 @@ class ClaimArbiter:
             self._settle(record, Event.demote, f"demoted by its owner (request {book.trace_id})")
             book.claim_note = f"{NOTE_PREFIX}claim_demoted:{record.claim_id}"
         else:
-            self._reject(op.claim_id, f"demote: the claim is already {record.state}", book, spend=False)
+            self._reject(op.claim_id, f"demote: the claim is already {record.state}", book, charge=None)
 
     # -- claim state changes ---------------------------------------------------------------
 
@@ -609,6 +629,8 @@ class ClaimArbiter:
             stored.append(position)
         if stored and record.protected:
             self.registry.pins_changed()
+        if stored:
+            self._report_reuse_of({record.slots[position].block_id for position in stored}, record)
         for position in stored:
             self._emit(
                 BlockStored,
@@ -634,6 +656,20 @@ class ClaimArbiter:
             )
         if leading >= len(record.slots):
             self._materializing.discard(record)
+
+    def _report_reuse_of(self, block_ids: set[int], holder: ClaimRecord) -> None:
+        """Before blocks are reported stored for `holder`: another claim may still hold one of
+        them under the key it had before vLLM evicted and reused it (a feeder finishing inside
+        vLLM's `update_from_output` stores before the step's loss check). That loss is reported
+        first: a block is its id and its content."""
+        others = [
+            record
+            for record in self.registry.with_blocks()
+            if record is not holder
+            and any(slot is not None and slot.block_id in block_ids for slot in record.slots)
+        ]
+        if others:
+            self._check_records(others)
 
     def _request_blocks(self, request_id: str) -> list[Any]:
         managers = self._s.kv_cache_manager.coordinator.single_type_managers
@@ -662,9 +698,7 @@ class ClaimArbiter:
         """
         pinned = pinned or self._pins_suspect or self.step % PINNED_SWEEP_STEPS == 0
         self._pins_suspect = False
-        for record in self.registry.with_blocks():
-            if pinned or not record.protected:
-                self._check_record(record)
+        self._check_records([r for r in self.registry.with_blocks() if pinned or not r.protected])
 
     def check_claim(self, record: ClaimRecord) -> None:
         """Report now any block the claim lost (e.g. before a restoration is reported)."""
@@ -687,25 +721,31 @@ class ClaimArbiter:
         self._materializing.add(record)
 
     def _check_record(self, record: ClaimRecord) -> None:
-        keys = record.keys
-        lost = [
-            (position, block)
-            for position, block in enumerate(record.slots)
-            if block is not None and block._block_hash != keys[position]
-        ]
-        if lost:
+        if _lost(record):  # the lost block may be shared: every claim holding one is checked
+            self._check_records(self.registry.with_blocks())
+
+    def _check_records(self, records: list[ClaimRecord]) -> None:
+        """Report the losses of `records`: first every offload they cause, then the removals
+        and what follows. A block several claims hold is removed for all of them at its first
+        `block_removed`, so an offloadable claim's offload must precede every claim's removal."""
+        losses = [(record, lost) for record in records if (lost := _lost(record))]
+        for record, lost in losses:
+            self._offload_before_loss(record, lost)
+        for record, lost in losses:
             self._on_loss(record, lost)
 
-    def _on_loss(self, record: ClaimRecord, lost: list[tuple[int, Any]]) -> None:
-        pinned = record.protected
-        if pinned:
-            self.registry.pins_changed()
+    def _offload_before_loss(self, record: ClaimRecord, lost: list[tuple[int, Any]]) -> None:
         if record.offloadable and record.phase is Phase.materialized and self.offload is not None:
             leading_after = min(record.leading_blocks, min(position for position, _ in lost))
             if leading_after < record.required_blocks:
                 # Offloaded, not harmed, iff the host copy already holds the whole predicate;
                 # reported before the removals that break the predicate on the device.
                 self.offload.offload_if_restorable(record)
+
+    def _on_loss(self, record: ClaimRecord, lost: list[tuple[int, Any]]) -> None:
+        pinned = record.protected
+        if pinned:
+            self.registry.pins_changed()
         for position, block in lost:
             if pinned:
                 self._pool.free_blocks([block])
@@ -1100,6 +1140,16 @@ class ClaimArbiter:
     def deferred_request_ids(self) -> frozenset[str]:
         """Requests held back by a deferral now (changes nothing)."""
         return frozenset(self._deferred)
+
+
+def _lost(record: ClaimRecord) -> list[tuple[int, Any]]:
+    """The claim's held blocks that no longer carry its cache key, by position."""
+    keys = record.keys
+    return [
+        (position, block)
+        for position, block in enumerate(record.slots)
+        if block is not None and block._block_hash != keys[position]
+    ]
 
 
 def _vllm_version() -> str:

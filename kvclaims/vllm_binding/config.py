@@ -132,6 +132,17 @@ class BindingConfig(SpecModel):
     """Claims held at once (any state but released / harmed)."""
     max_decided_claim_ids: PositiveInt = 1_000_000
     """Claim ids are single-use; beyond this many decided ids new claims are rejected."""
+    owner_scoped_claim_ids: StrictBool = False
+    """Require every submitted claim id to begin with `<owner>:`. Ids are one global, single-use
+    namespace; without this, one owner can spend ("squat") an id another owner will submit
+    later. With trusted owners (`owner_hmac_key` or a front end), this makes owners'
+    outcomes independent of each other's ids."""
+    max_claims_per_owner: PositiveInt = 1024
+    """Claims one owner holds at once: one owner cannot take every slot of `max_claims`."""
+    max_decided_claim_ids_per_owner: PositiveInt = 100_000
+    """Claim ids one owner may spend (accepted or rejected); past it that owner's new claims are
+    rejected and its further ids are not recorded, so a flood of ids costs only its own quota.
+    Operations whose owner cannot be established share one quota of this size."""
     max_restore_attempts: PositiveInt = 3
     """Under `kv_load_failure_policy=recompute`, a claim's restoration for one request that
     failed this many times ends in its claim-scoped outcome (a refusal) instead of being

@@ -339,3 +339,31 @@ def test_every_engine_seed_case_gives_the_catalogue_numbers(runs: dict[str, Chec
     assert cases
     for case in cases:
         assert mismatches(case, runs[case.scenario(Lane.engine)].numbers["seed_case"]) == {}, case.name
+
+
+def test_an_offload_precedes_the_removal_of_a_block_it_shares_with_another_claim(
+    lane: Any, tmp_path: Path
+) -> None:
+    """Two claims on one prefix, a watched one accepted first and an offloadable one: when
+    pressure evicts the prefix, the offload must be reported before any claim's removal of the
+    shared blocks (a block is removed for every claim at its first `block_removed`). Found by
+    the soak (bench/soak.py): the removals of the first claim came first."""
+    from kvclaims.lab.engine_lane import engine_prompt
+    from kvclaims.lab.engine_scenarios import claim, prefix
+    from kvclaims.lab.scheduler_scenarios import read_events
+    from kvclaims.refinement import check_trace
+
+    trace = tmp_path / "shared.ndjson"
+    tokens = prefix("shared", 4)
+    lane.begin(trace)
+    lane.submit("watched", tokens + engine_prompt("w:tail", 37), claim=claim("claim:W", "best_effort", 4))
+    lane.submit("offloaded", tokens + engine_prompt("o:tail", 37), claim=claim("claim:O", "offloadable", 4))
+    lane.submit("pressure", engine_prompt("pressure", 22 * BLOCK))
+    lane.end()
+    events = read_events(trace)
+    offload = next(e for e in events if e.event == "resident_claim_offloaded")
+    removals = [e for e in events if e.event == "block_removed" and e.claim_id in ("claim:W", "claim:O")]
+    assert offload.claim_id == "claim:O" and removals
+    assert all(offload.seq < e.seq for e in removals)
+    verdict = check_trace(trace)
+    assert verdict.outcome == "accepted", verdict.reason

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,19 +21,12 @@ from typing import Any
 
 import pytest
 
+from kvclaims.lab.soak import BLOCK, SERVED_NAME, free_port
 from kvclaims.refinement import check_trace
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-BLOCK = 32
 STARTUP_TIMEOUT = 600
-SERVED_NAME = "kvclaims-tiny"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def prompt(tag: int, blocks: int, extra: int = 1) -> list[int]:
