@@ -354,12 +354,16 @@ class SchedulerLane:
 
     # -- independent measurements of vLLM state --------------------------------------------
 
+    def block_hashes(self, prompt: Sequence[int]) -> list[Any]:
+        """The request-level block hashes vLLM gives `prompt`'s full blocks."""
+        probe = Request("probe", list(prompt), SamplingParams(max_tokens=1), None, block_hasher=self._hasher)
+        return list(probe.block_hashes)
+
     def cached_leading_blocks(self, prompt: Sequence[int]) -> int:
         """Leading full blocks of `prompt` present in vLLM's prefix cache right now, read from
         the block pool's own hash table (independent of the binding's bookkeeping)."""
-        probe = Request("probe", list(prompt), SamplingParams(max_tokens=1), None, block_hasher=self._hasher)
         leading = 0
-        for block_hash in probe.block_hashes:
+        for block_hash in self.block_hashes(prompt):
             if self.block_pool.get_cached_block(block_hash, [0]) is None:
                 break
             leading += 1

@@ -710,3 +710,8 @@ _scenario(
     "control-late-demotion",
     "NEGATIVE CONTROL: the external registry demotes only after the loss (must be rejected)",
 )(lambda trace: _unenforced(trace, late_demotion=True))
+
+
+# Seed 003's scenarios live in their own module and register here (imported last: it uses
+# this module's building blocks).
+from kvclaims.lab import continuum_scenarios  # noqa: E402, F401
