@@ -3,27 +3,19 @@ the multi-turn agent comparison of stock-Continuum-like pins with pins kept as c
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 import pytest
 
-pytest.importorskip("vllm")
+from kvclaims.lab.continuum_scenarios import AGENT_POOL, JOBS, PIN_MS
+from kvclaims.lab.scheduler_scenarios import ScenarioResult
 
-from kvclaims.lab.continuum_scenarios import AGENT_POOL, JOBS, PIN_MS  # noqa: E402
-from kvclaims.lab.scheduler_scenarios import run_scenario  # noqa: E402
-from kvclaims.refinement import check_trace  # noqa: E402
-
-
-def run(name: str, tmp_path: Path) -> dict[str, Any]:
-    result = run_scenario(name, tmp_path / f"{name}.ndjson")
-    verdict = check_trace(result.trace_path)
-    assert verdict.outcome.value == "accepted", verdict.reason
-    return result.numbers
+pytestmark = pytest.mark.vllm
+# (refinement's verdict on both traces: test_scheduler_scenarios' every-trace test)
 
 
-def test_stock_like_pins_exhaust_the_pool_and_claims_keep_it_bounded(tmp_path: Path) -> None:
-    numbers = run("continuum-agent-jobs", tmp_path)
+def test_stock_like_pins_exhaust_the_pool_and_claims_keep_it_bounded(
+    results: dict[str, ScenarioResult],
+) -> None:
+    numbers = results["continuum-agent-jobs"].numbers
     stock, claims = numbers["stock_continuum_like_pins"], numbers["claims"]
     # 8 jobs pinning up to 25 blocks each want 200 > 128 blocks: stock pins take nearly all of
     # the pool, and pins kept while their job waits never lapse: the jobs stall for good.
@@ -42,8 +34,10 @@ def test_stock_like_pins_exhaust_the_pool_and_claims_keep_it_bounded(tmp_path: P
     assert claims["harmed"] == 0
 
 
-def test_ttl_pins_expire_are_kept_while_their_job_waits_and_are_demoted_for_room(tmp_path: Path) -> None:
-    numbers = run("continuum-ttl-pin", tmp_path)
+def test_ttl_pins_expire_are_kept_while_their_job_waits_and_are_demoted_for_room(
+    results: dict[str, ScenarioResult],
+) -> None:
+    numbers = results["continuum-ttl-pin"].numbers
     # b has no request waiting: its pin lapses at the first step at or after 2000 virtual ms.
     assert PIN_MS <= numbers["b_expired_after_ms"] < PIN_MS + 20
     # a's last turn waited behind a 3-second request: its pin was kept past the TTL and the
