@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kvclaims.lab.scheduler_scenarios import BLOCK, _binding, _lane, _of, _scenario, read_events
+from kvclaims.lab.virtual_clock import VirtualClock
 from kvclaims.vllm_binding.config import ContinuumSettings
 
 MS_PER_STEP = 10
@@ -45,19 +46,6 @@ HORIZON_STEPS = 1500
 STUCK_STEPS = 2 * PIN_MS // MS_PER_STEP
 """A run where nothing was scheduled for this long (twice the TTL) and nothing is due to arrive
 is stuck: no pin will lapse any more."""
-
-
-class VirtualClock:
-    """Wall-clock nanoseconds that move only when the driver says so."""
-
-    def __init__(self) -> None:
-        self.ns = 0
-
-    def __call__(self) -> int:
-        return self.ns
-
-    def advance(self, ms: int) -> None:
-        self.ns += ms * 1_000_000
 
 
 def _turn_prompt(job: str, turn: int) -> list[int]:
