@@ -68,7 +68,6 @@ COVERED_EVENTS = (
     "resident_claim_demoted",
     "resident_claim_expired",
     "resident_claim_released",
-    "request_reused",
 )
 """Outcomes the CI profile must reach at least once."""
 
