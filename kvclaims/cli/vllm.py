@@ -266,6 +266,20 @@ def _run_descriptor(args: argparse.Namespace) -> int:
     return Exit.ok
 
 
+def _run_pressure(args: argparse.Namespace) -> int:
+    refused = _refuse_without_vllm()
+    if refused is not None:
+        return refused
+    from kvclaims.lab.pressure_controls import run_controls, write_artifact
+
+    result = run_controls(args.runtime)
+    write_artifact(result, args.out)
+    for name, control in result["controls"].items():
+        print(f"{name}: {control['passes']}/{control['runs']} trials as soft priority predicts")
+    print_written([args.out], as_json=args.json)
+    return Exit.ok
+
+
 def _run_sweep(args: argparse.Namespace) -> int:
     refused = _refuse_without_vllm()
     if refused is not None:
@@ -504,6 +518,21 @@ def _repeat_command(**options: object) -> int:
     """Run the engine-lane scenarios N times, each repetition in a fresh process; prints the
     gates, the controls and the latencies over all runs."""
     return runs(_run_repeat)(**options)
+
+
+@command.command("pressure")
+@click.option(
+    "--runtime",
+    type=click.Choice(["stock", "binding"]),
+    required=True,
+    help="stock vLLM with scheduling_policy=priority, or the binding's soft_priority claims",
+)
+@out_option("artifact JSON to write", required=True, metavar="FILE")
+@json_option
+def _pressure_command(**options: object) -> int:
+    """Run seed 000's three priority pressure controls (original, swapped, equal) on vLLM's
+    scheduler and write the artifact descriptors anchor their observations on."""
+    return runs(_run_pressure)(**options)
 
 
 @command.command("descriptor")

@@ -152,3 +152,55 @@ def write_artifact(result: dict[str, Any], path: Path) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+ARTIFACT_NAME = "priority_pressure_controls.json"
+"""The artifact's file name in a descriptor's evidence directory."""
+
+
+def _summary(result: dict[str, Any]) -> str:
+    controls = result["controls"]
+    counts = ", ".join(f"{name} {c['passes']}/{c['runs']}" for name, c in controls.items())
+    trials = [t for c in controls.values() for t in c["trials"]]
+    text = f"Trials in which the loss order matched soft priority: {counts}."
+    if trials and all(t["first_lost"] == t["warm_order"][0] for t in trials):
+        text += (
+            " In every trial the prompt cached first lost a block first, whatever its priority: "
+            "recency (vLLM's LRU free queue), not priority, decided the loss order."
+        )
+    rejected = {o for t in trials for o in t["claim_outcomes"].values() if o and "claim_rejected" in o}
+    if rejected:
+        text += f" The soft_priority claims were rejected: {sorted(rejected)[0].split(':', 3)[-1]}."
+    return text
+
+
+def descriptor_entries(result: dict[str, Any], path: str, sha256: str) -> dict[str, Any]:
+    """What a descriptor says from a controls artifact at `path` (relative to the descriptor):
+    an observation per control that was observed in every trial, and a `priority_influence`
+    evidence item, supported only when all three were (otherwise `missing`, with why)."""
+    controls = result["controls"]
+
+    def anchor(section: str, note: str) -> dict[str, Any]:
+        return {"kind": "artifact", "path": path, "section": section, "note": note, "sha256": sha256}
+
+    observations = [
+        {
+            "atom": c["atom"],
+            "scope": "controlled_pressure",
+            "anchor": anchor(
+                f"controls.{name}",
+                f"{c['expected_first_loss']} lost a block first in {c['passes']}/{c['runs']} trials "
+                "(both warm-up orders).",
+            ),
+        }
+        for name, c in controls.items()
+        if c["observed"]
+    ]
+    influenced = all(c["observed"] for c in controls.values())
+    item = {
+        "obligation": "priority_influence",
+        "status": "supported" if influenced else "missing",
+        "scope": "controlled_pressure",
+        "anchor": anchor("controls", _summary(result)),
+    }
+    return {"observations": observations, "evidence": item}

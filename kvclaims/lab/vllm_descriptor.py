@@ -10,6 +10,10 @@ cited traces (and the repetitions' aggregate, when DIR has one) are copied to
 `<descriptor dir>/evidence/<descriptor stem>/`, so the descriptor and its evidence are committed
 together and regenerating from that directory reproduces the file byte for byte.
 
+A priority pressure-control artifact in DIR (`kvclaims vllm pressure --runtime binding`, seed 000's
+three controls on the binding) is copied too and becomes the `priority_influence` item and one
+observation per control observed in every trial (none when the controls failed).
+
 Nothing in the file is written by hand: the evidence items are the export's; the surrounding
 text is fixed here and says what the adapter is and is trusted for. A harness module: it imports
 `kvclaims.refinement`; the binding's runtime modules never do.
@@ -17,6 +21,7 @@ text is fixed here and says what the adapter is and is trusted for. A harness mo
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -25,6 +30,7 @@ from typing import Any
 import yaml
 
 from kvclaims.lab.engine_scenarios import ENGINE_SCENARIOS
+from kvclaims.lab.pressure_controls import ARTIFACT_NAME, descriptor_entries
 from kvclaims.lab.repeat import AGGREGATE_JSON, AGGREGATE_MD
 from kvclaims.spec.vocabulary import Obligation
 from kvclaims.vllm_binding.plugin import SUPPORTED_VLLM_VERSIONS
@@ -113,11 +119,19 @@ def generate(source: Path, out: Path) -> str:
         exported = _export(target, out.parent)
         assert exported is not None, "a copy is accepted like its source"
         cited[scenario] = exported
-    for name in (AGGREGATE_JSON, AGGREGATE_MD):
+    for name in (AGGREGATE_JSON, AGGREGATE_MD, ARTIFACT_NAME):
         found = source / name
         if found.is_file() and found.resolve() != (evidence_dir / name).resolve():
             shutil.copyfile(found, evidence_dir / name)
-    items = [cited[chosen[o]][o] for o in Obligation if o in chosen]
+    pressure = _pressure(evidence_dir / ARTIFACT_NAME, out.parent)
+    observed: dict[Obligation, dict[str, Any]] = {}
+    if pressure is not None:
+        observed[Obligation.priority_influence] = pressure["evidence"]
+    items = [
+        cited[chosen[o]][o] if o in chosen else observed[o]
+        for o in Obligation
+        if o in chosen or o in observed
+    ]
     vllm = SUPPORTED_VLLM_VERSIONS[0]
     document = {
         "descriptor": 1,
@@ -126,6 +140,7 @@ def generate(source: Path, out: Path) -> str:
         "version": f"vLLM {vllm} + kvclaims.vllm_binding",
         "provenance": _provenance(evidence_dir, out.parent, list(cited)),
         "approximation_signals": list(APPROXIMATION_SIGNALS),
+        **({"observations": pressure["observations"]} if pressure and pressure["observations"] else {}),
         "adapters": [
             {"name": ADAPTER, "depth": "backend_patch", "trust_boundary": TRUST_BOUNDARY, "evidence": items}
         ],
@@ -135,6 +150,16 @@ def generate(source: Path, out: Path) -> str:
         evidence=f"{out.parent.name}/{evidence_dir.relative_to(out.parent)}",
     )
     return header + yaml.safe_dump(document, sort_keys=False, width=100, allow_unicode=False)
+
+
+def _pressure(artifact: Path, base: Path) -> dict[str, Any] | None:
+    """Descriptor entries from the binding's priority pressure-control artifact, if present
+    (`kvclaims vllm pressure --runtime binding`): observed atoms, and priority influence."""
+    if not artifact.is_file():
+        return None
+    data = artifact.read_bytes()
+    result = json.loads(data)
+    return descriptor_entries(result, str(artifact.relative_to(base)), hashlib.sha256(data).hexdigest())
 
 
 def _provenance(evidence_dir: Path, base: Path, scenarios: list[str]) -> str:
