@@ -159,9 +159,9 @@ ARTIFACT_NAME = "priority_pressure_controls.json"
 
 
 def _summary(result: dict[str, Any]) -> str:
-    controls = result["controls"]
-    counts = ", ".join(f"{name} {c['passes']}/{c['runs']}" for name, c in controls.items())
-    trials = [t for c in controls.values() for t in c["trials"]]
+    controls = [result["controls"][c.name] for c in CONTROLS]
+    counts = ", ".join(f"{c.name} {r['passes']}/{r['runs']}" for c, r in zip(CONTROLS, controls, strict=True))
+    trials = [t for c in controls for t in c["trials"]]
     text = f"Trials in which the loss order matched soft priority: {counts}."
     if trials and all(t["first_lost"] == t["warm_order"][0] for t in trials):
         text += (
@@ -178,7 +178,7 @@ def descriptor_entries(result: dict[str, Any], path: str, sha256: str) -> dict[s
     """What a descriptor says from a controls artifact at `path` (relative to the descriptor):
     an observation per control that was observed in every trial, and a `priority_influence`
     evidence item, supported only when all three were (otherwise `missing`, with why)."""
-    controls = result["controls"]
+    controls = {c.name: result["controls"][c.name] for c in CONTROLS}
 
     def anchor(section: str, note: str) -> dict[str, Any]:
         return {"kind": "artifact", "path": path, "section": section, "note": note, "sha256": sha256}
