@@ -385,6 +385,8 @@ def demo_stage(out: Path) -> str:
         summary[name] = {"verdict": outcome, **result.numbers}
     (target / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
     hard, native, live = summary["hard-60-70-80"], summary["native-60-70-80"], summary["live-pressure-40-46"]
+    agents = summary["continuum-agent-jobs"]
+    stock, claimed = agents["stock_continuum_like_pins"], agents["claims"]
     controls = sum(1 for s in SCENARIOS.values() if s.control)
     return (
         f"{len(summary)} scenarios on vLLM's scheduler ({len(summary) - controls} accepted, "
@@ -393,7 +395,10 @@ def demo_stage(out: Path) -> str:
         f"{hard['protected_resident_blocks']} + {hard['active_live_blocks_required']} = "
         f"{hard['resident_plus_active_blocks']} > {hard['usable_blocks']}, refused, shortfall "
         f"{hard['capacity_shortfall_blocks']}; live: {live['resident_plus_active_blocks']} > "
-        f"{live['usable_blocks']}, shortfall {live['capacity_shortfall_blocks']}"
+        f"{live['usable_blocks']}, shortfall {live['capacity_shortfall_blocks']}; Continuum TTL pins: "
+        f"stock-like {stock['peak_pinned_blocks']}/{agents['usable_blocks']} blocks pinned, "
+        f"{stock['jobs_completed']}/{agents['jobs']} jobs done; as claims {claimed['peak_pinned_blocks']} "
+        f"pinned, {claimed['rejected']} pins rejected, {claimed['jobs_completed']}/{agents['jobs']} done"
     )
 
 
