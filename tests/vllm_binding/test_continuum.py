@@ -93,6 +93,30 @@ def accepted(tmp_path: Path) -> None:
     assert verdict.outcome == "accepted", verdict.reason
 
 
+def expiring(claim_id: str, footprint: int, **terms: Any) -> dict[str, Any]:
+    """An expiring claim's request metadata with `terms` as further `kvclaims_*` keys."""
+    return {
+        "kvclaims_claim_id": claim_id,
+        "kvclaims_mode": "expiring",
+        "kvclaims_footprint_blocks": footprint,
+        **{f"kvclaims_{k}": v for k, v in terms.items()},
+    }
+
+
+def still_kept_then_expired(built: Any, clock: Clock, tmp_path: Path, before_ms: int) -> dict[str, Any]:
+    """After `before_ms` more virtual ms the claim `ttl` is still kept (checked one step
+    later); 100 ms on, it expires. Returns the expiry event (the lane is closed)."""
+    clock.ns += before_ms * MS
+    built.add("other", tokens("q", 2 * BLOCK))
+    built.step()
+    assert built.arbiter.claim_states()["ttl"] == "materialized"
+    clock.ns += 100 * MS
+    step_until_idle(built, clock)
+    built.close()
+    (expiry,) = events(tmp_path, "resident_claim_expired")
+    return expiry
+
+
 def step_until_idle(built: Any, clock: Clock, ms_per_step: int = 10) -> None:
     while built.scheduler.has_requests():
         built.step()
@@ -104,23 +128,11 @@ pytestmark = pytest.mark.vllm
 
 def test_duration_ms_claim_expires_on_the_arbiters_clock(tmp_path: Path) -> None:
     built, clock = lane(tmp_path)
-    claim = {
-        "kvclaims_claim_id": "ttl",
-        "kvclaims_mode": "expiring",
-        "kvclaims_footprint_blocks": 4,
-        "kvclaims_duration_ms": 500,
-    }
+    claim = expiring("ttl", 4, duration_ms=500)
     built.add("owner", tokens("p", 4 * BLOCK), extra_args=claim)
     step_until_idle(built, clock)
-    clock.ns += 400 * MS
-    built.add("other", tokens("q", 2 * BLOCK))
-    built.step()  # 400 + (a few steps of 10 ms) < 500: not yet
-    assert built.arbiter.claim_states()["ttl"] == "materialized"
-    clock.ns += 100 * MS
-    step_until_idle(built, clock)
-    built.close()
+    expiry = still_kept_then_expired(built, clock, tmp_path, 400)  # 400 + a few 10 ms steps < 500
     (acceptance,) = events(tmp_path, "resident_claim_accepted")
-    (expiry,) = events(tmp_path, "resident_claim_expired")
     assert acceptance["duration_ms"] == 500
     assert expiry["t_ns"] - acceptance["t_ns"] >= 500 * MS
     assert expiry["reason"] == "duration of 500 ms ended"
@@ -132,8 +144,7 @@ def test_a_clock_stepped_back_never_makes_an_expiry_early(tmp_path: Path) -> Non
     backwards, so the expiry still comes 500 ms after the acceptance stamp."""
     built, clock = lane(tmp_path)
     clock.ns = 20_000 * MS
-    claim = {"kvclaims_claim_id": "ttl", "kvclaims_mode": "expiring", "kvclaims_footprint_blocks": 2}
-    built.add("owner", tokens("p", 2 * BLOCK), extra_args=claim | {"kvclaims_duration_ms": 500})
+    built.add("owner", tokens("p", 2 * BLOCK), extra_args=expiring("ttl", 2, duration_ms=500))
     step_until_idle(built, clock)
     clock.ns = 10_000 * MS
     built.add("other", tokens("q", BLOCK), max_tokens=80)
@@ -151,28 +162,15 @@ def test_a_clock_stepped_back_never_makes_an_expiry_early(tmp_path: Path) -> Non
 
 def test_refresh_on_hit_restarts_the_clock_at_a_satisfied_reuse(tmp_path: Path) -> None:
     built, clock = lane(tmp_path)
-    claim = {
-        "kvclaims_claim_id": "ttl",
-        "kvclaims_mode": "expiring",
-        "kvclaims_footprint_blocks": 2,
-        "kvclaims_duration_ms": 300,
-        "kvclaims_refresh_on_hit": True,
-    }
+    claim = expiring("ttl", 2, duration_ms=300, refresh_on_hit=True)
     prompt = tokens("p", 2 * BLOCK + 3)
     built.add("owner", prompt, extra_args=claim)
     step_until_idle(built, clock)
     clock.ns += 250 * MS
     built.add("reuser", prompt, extra_args={"kvclaims_claim_id": "ttl"})
     step_until_idle(built, clock)
-    clock.ns += 250 * MS  # 500 ms after acceptance, about 250 after the hit
-    built.add("other", tokens("q", BLOCK))
-    built.step()
-    assert built.arbiter.claim_states()["ttl"] == "materialized"
-    clock.ns += 100 * MS
-    step_until_idle(built, clock)
-    built.close()
+    expiry = still_kept_then_expired(built, clock, tmp_path, 250)  # 500 ms after acceptance
     (reuse,) = events(tmp_path, "request_reused")
-    (expiry,) = events(tmp_path, "resident_claim_expired")
     assert reuse["predicate_satisfied"] is True
     assert expiry["t_ns"] - reuse["t_ns"] >= 300 * MS
     accepted(tmp_path)
@@ -180,13 +178,7 @@ def test_refresh_on_hit_restarts_the_clock_at_a_satisfied_reuse(tmp_path: Path) 
 
 def test_both_durations_at_once_are_rejected_with_a_reason(tmp_path: Path) -> None:
     built, clock = lane(tmp_path)
-    claim = {
-        "kvclaims_claim_id": "two-clocks",
-        "kvclaims_mode": "expiring",
-        "kvclaims_footprint_blocks": 2,
-        "kvclaims_duration_ms": 300,
-        "kvclaims_duration_steps": 3,
-    }
+    claim = expiring("two-clocks", 2, duration_ms=300, duration_steps=3)
     built.add("owner", tokens("p", 2 * BLOCK), extra_args=claim)
     step_until_idle(built, clock)
     built.close()
