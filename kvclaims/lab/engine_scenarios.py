@@ -559,3 +559,8 @@ def judge(
         if named:
             return f"a control's trace evidences {obligation} for {named}"
     return None
+
+
+# Seed 003's agent turns live in their own module and register here (imported last: it uses this
+# module's building blocks).
+from kvclaims.lab import continuum_engine  # noqa: E402, F401

@@ -18,6 +18,7 @@ def test_prove_a_prefix_writes_only_those_results(tmp_path: Path) -> None:
     written = sorted(p.name for p in tmp_path.iterdir())
     assert written == [
         "capacity.anchor_live_trace_numbers_rejected.json",
+        "capacity.refusal_justified_by_reserved_blocks.json",
         "capacity.refusal_only_when_over_capacity.json",
     ]
     assert json.loads((tmp_path / written[0]).read_text())["verdict"] == "proved"
