@@ -274,3 +274,43 @@ def continuum_ttl_pin(trace: Path) -> dict[str, Any]:
 def _stop(lane: Any, request_id: str) -> str | None:
     done = lane.records[request_id].finished
     return done.stop_reason if done is not None and isinstance(done.stop_reason, str) else None
+
+
+@_scenario(
+    "control-continuum-silent-unpin",
+    "NEGATIVE CONTROL: a stock-Continuum-like pin reported as a claim, its TTL lapse unreported, "
+    "then evicted: silent harm (must be rejected)",
+)
+def control_silent_unpin(trace: Path) -> dict[str, Any]:
+    """What a telemetry join over stock Continuum would claim: the pin is a demotable claim
+    while it lasts; the TTL lapse is only `free()`, so no demotion or expiry is reported, and
+    the pressure that follows evicts the blocks of a claim still called responsible."""
+    from kvclaims.lab.scheduler_lane import NativeObserver, prompt_tokens
+
+    clock = VirtualClock()
+    lane = _lane(TTL_POOL, None)
+    observer = NativeObserver(lane, trace, "vllm 0.32.0 stock Scheduler + Continuum-like pins (no outcomes)")
+    pins = ContinuumLikePins(lane, clock)
+    prompt = _turn_prompt("a", 1)
+    try:
+        lane.add("a-t0", prompt, max_tokens=OUTPUT_TOKENS)
+        lane.run()
+        pins.finished("a", prompt, last=False)
+        footprint = len(pins.pins["a"][1])
+        observer.claim("continuum-pin:a", "demotable", footprint)
+        observer.watch("a-t0", footprint, claim_id="continuum-pin:a")
+        clock.advance(PIN_MS)
+        lapsed = pins.lapse(set())
+        for n in range(TTL_POOL // 4):
+            lane.add(f"pressure-{n}", prompt_tokens(f"pressure-{n}", 4 * BLOCK), max_tokens=2)
+            lane.run()
+    finally:
+        lane.close()
+    events = read_events(trace)
+    return {
+        "pin_footprint": footprint,
+        "pins_lapsed": lapsed,
+        "claim_blocks_removed": len([e for e in _of(events, "block_removed") if e.claim_id]),
+        "outcomes_reported": len(_of(events, "resident_claim_demoted"))
+        + len(_of(events, "resident_claim_expired")),
+    }

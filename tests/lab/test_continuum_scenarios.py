@@ -56,3 +56,13 @@ def test_ttl_pins_expire_are_kept_while_their_job_waits_and_are_demoted_for_room
     stops = numbers["stop_reasons"]
     assert stops["a-t0"].startswith("kvclaims:claim_accepted:continuum-pin:a:")
     assert stops["a-t1"] == stops["a-t0"].replace("claim_accepted", "claim_released")
+
+
+def test_a_silent_ttl_lapse_is_what_the_control_measures(results: dict[str, ScenarioResult]) -> None:
+    """The control's pin lapsed without a demotion or expiry and pressure then evicted every
+    pinned block (refinement rejects it for no_silent_harm: test_scheduler_scenarios)."""
+    numbers = results["control-continuum-silent-unpin"].numbers
+    assert numbers["pins_lapsed"] == 1 and numbers["outcomes_reported"] == 0
+    assert (
+        numbers["claim_blocks_removed"] == numbers["pin_footprint"] == (9 * 16 - 8) // 16
+    )  # turn 1: 9 blocks less its output
