@@ -13,8 +13,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvclaims.lab.continuum_scenarios import _of, read_events
+from kvclaims.lab.engine_lane import ENGINE_BLOCK_SIZE as BLOCK
 from kvclaims.lab.engine_lane import engine_prompt
-from kvclaims.lab.engine_scenarios import BLOCK, _events, _of, _rid, _scenario
 
 if TYPE_CHECKING:
     from kvclaims.lab.engine_lane import EngineLane
@@ -28,11 +29,13 @@ def _job(job_id: str, last: bool) -> dict[str, Any]:
     return {"job_id": job_id, "is_last_step": last}
 
 
-@_scenario(
-    "continuum-agent-turns",
+NAME = "continuum-agent-turns"
+SUMMARY = (
     "Continuum job keys on vllm.LLM: each non-last turn pinned, the next served from it, the last "
-    "releases; an unfollowed pin lapses on the wall clock",
+    "releases; an unfollowed pin lapses on the wall clock"
 )
+
+
 def continuum_agent_turns(lane: EngineLane, trace: Path) -> dict[str, Any]:
     lane.begin(trace, binding={"continuum": {"pin_ms": PIN_MS}})
     context = engine_prompt("agent:system", 2 * BLOCK + 5)
@@ -48,13 +51,13 @@ def continuum_agent_turns(lane: EngineLane, trace: Path) -> dict[str, Any]:
     lane.submit("later", engine_prompt("later", 8))  # an engine step: the lapsed pin expires
     pinned_at_end = len(lane.arbiter.pinned_blocks())
     run = lane.end()
-    events = _events(run)
+    events = read_events(run.trace_path)
     accepted = {e.claim_id: e for e in _of(events, "resident_claim_accepted")}
     expired = _of(events, "resident_claim_expired")
     reuses = [
         e
         for e in _of(events, "request_reused")
-        if e.request_id in {_rid(run, f"turn-{t}") for t in range(TURNS)}
+        if e.request_id in {run.internal_ids[f"turn-{t}"] for t in range(TURNS)}
     ]
     return {
         "pin_ms": PIN_MS,

@@ -18,9 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvclaims.lab.scheduler_scenarios import BLOCK, _binding, _lane, _of, _scenario, read_events
+from pydantic import TypeAdapter
+
 from kvclaims.lab.virtual_clock import VirtualClock
-from kvclaims.vllm_binding.config import ContinuumSettings
+from kvclaims.spec.trace import TraceEvent
+from kvclaims.vllm_binding.config import BindingConfig, ContinuumSettings
+
+BLOCK = 16
+"""Tokens per block on the scheduler lane (the seeds' 16-token blocks)."""
+
+_EVENTS: TypeAdapter[Any] = TypeAdapter(TraceEvent)
 
 MS_PER_STEP = 10
 """Virtual milliseconds per engine step."""
@@ -160,13 +167,7 @@ def _agent_jobs(lane: Any, clock: VirtualClock, stock: ContinuumLikePins | None)
     }
 
 
-@_scenario(
-    "continuum-agent-jobs",
-    "seed 003 at small scale: 8 agent jobs, context 5->32 blocks, stock-Continuum-like pins vs claims",
-)
 def continuum_agent_jobs(trace: Path) -> dict[str, Any]:
-    from kvclaims.lab.scheduler_lane import SchedulerLane
-
     clock = VirtualClock()
     stock_lane = _lane(AGENT_POOL, None)
     try:
@@ -174,7 +175,7 @@ def continuum_agent_jobs(trace: Path) -> dict[str, Any]:
     finally:
         stock_lane.close()
     clock = VirtualClock()
-    lane: SchedulerLane = _lane(AGENT_POOL, _binding(trace, continuum=ContinuumSettings(pin_ms=PIN_MS)))
+    lane = _lane(AGENT_POOL, _binding(trace, continuum=ContinuumSettings(pin_ms=PIN_MS)))
     lane.arbiter.clock = clock
     try:
         claims = _agent_jobs(lane, clock, None)
@@ -201,10 +202,6 @@ def continuum_agent_jobs(trace: Path) -> dict[str, Any]:
 TTL_POOL = 64
 
 
-@_scenario(
-    "continuum-ttl-pin",
-    "Continuum job keys as claims: pin, TTL expiry, pin kept while its job waits, last step, demotion",
-)
 def continuum_ttl_pin(trace: Path) -> dict[str, Any]:
     """One engine slot (`max_num_seqs=1`) so a request can be made to wait: job a's and job b's
     first turns are pinned; a long unrelated request then runs for 3 virtual seconds with job a's
@@ -276,11 +273,6 @@ def _stop(lane: Any, request_id: str) -> str | None:
     return done.stop_reason if done is not None and isinstance(done.stop_reason, str) else None
 
 
-@_scenario(
-    "control-continuum-silent-unpin",
-    "NEGATIVE CONTROL: a stock-Continuum-like pin reported as a claim, its TTL lapse unreported, "
-    "then evicted: silent harm (must be rejected)",
-)
 def control_silent_unpin(trace: Path) -> dict[str, Any]:
     """What a telemetry join over stock Continuum would claim: the pin is a demotable claim
     while it lasts; the TTL lapse is only `free()`, so no demotion or expiry is reported, and
@@ -314,3 +306,45 @@ def control_silent_unpin(trace: Path) -> dict[str, Any]:
         "outcomes_reported": len(_of(events, "resident_claim_demoted"))
         + len(_of(events, "resident_claim_expired")),
     }
+
+
+SCENARIOS: tuple[tuple[str, str, Any], ...] = (
+    (
+        "continuum-ttl-pin",
+        "Continuum job keys as claims: pin, TTL expiry, pin kept while its job waits, last step, demotion",
+        continuum_ttl_pin,
+    ),
+    (
+        "continuum-agent-jobs",
+        "seed 003 at small scale: 8 agent jobs, context 5->32 blocks, stock-Continuum-like pins vs claims",
+        continuum_agent_jobs,
+    ),
+    (
+        "control-continuum-silent-unpin",
+        "NEGATIVE CONTROL: a stock-Continuum-like pin reported as a claim, its TTL lapse unreported, "
+        "then evicted: silent harm (must be rejected)",
+        control_silent_unpin,
+    ),
+)
+"""(name, summary, run) of seed 003's scheduler-lane scenarios (registered by scheduler_scenarios)."""
+
+
+def _lane(usable: int, binding: BindingConfig | None, **spec: Any) -> Any:
+    from kvclaims.lab.scheduler_lane import LaneSpec, SchedulerLane
+
+    return SchedulerLane(LaneSpec(usable_blocks=usable, binding=binding, **spec))
+
+
+def _binding(trace: Path, **overrides: Any) -> BindingConfig:
+    return BindingConfig(
+        trace_path=str(trace), trace_source="vllm 0.32.0 scheduler lane + kvclaims", **overrides
+    )
+
+
+def read_events(trace: Path) -> list[Any]:
+    """The events of a trace, validated against trace v1 (header skipped)."""
+    return [_EVENTS.validate_json(line) for line in trace.read_text(encoding="utf-8").splitlines()[1:]]
+
+
+def _of(events: list[Any], kind: str) -> list[Any]:
+    return [e for e in events if e.event == kind]

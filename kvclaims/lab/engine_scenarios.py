@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvclaims.lab import continuum_engine
 from kvclaims.lab.engine_lane import engine_prompt
 from kvclaims.lab.scheduler_scenarios import Expectation, Scenario, ScenarioResult, read_events
 from kvclaims.lab.seed_cases import Lane, SeedCase, on_lane, recorded_proof, trace_numbers
@@ -561,6 +562,4 @@ def judge(
     return None
 
 
-# Seed 003's agent turns live in their own module and register here (imported last: it uses this
-# module's building blocks).
-from kvclaims.lab import continuum_engine  # noqa: E402, F401
+_scenario(continuum_engine.NAME, continuum_engine.SUMMARY)(continuum_engine.continuum_agent_turns)

@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from kvclaims.lab import continuum_scenarios
 from kvclaims.lab.seed_cases import (
     BY_NAME,
     SWEEP_POOLS,
@@ -712,6 +713,5 @@ _scenario(
 )(lambda trace: _unenforced(trace, late_demotion=True))
 
 
-# Seed 003's scenarios live in their own module and register here (imported last: it uses
-# this module's building blocks).
-from kvclaims.lab import continuum_scenarios  # noqa: E402, F401
+for _name, _summary, _run in continuum_scenarios.SCENARIOS:  # seed 003's, in their own module
+    _scenario(_name, _summary)(_run)

@@ -100,4 +100,15 @@ def test_the_soft_priority_rows_are_labelled_from_the_observations() -> None:
     assert binding.label is Label.unknown
     for verdict in (stock, binding):
         assert len(verdict.missing_atoms) == 3
-        assert any("controlled_pressure" in r or "status is missing" in r for r in verdict.reasons)
+    assert any("status is missing" in r for r in stock.reasons)
+
+
+def test_the_binding_descriptor_states_the_failed_controls_without_an_item() -> None:
+    """An unsupported result is stated in the provenance: as a backend_patch item it could only be
+    discounted, and it would contradict a future supported one there."""
+    document = yaml.safe_load((DESCRIPTORS / "kvclaims-vllm.yaml").read_text(encoding="utf-8"))
+    note = entries(BINDING)["evidence"]["anchor"]["note"]
+    assert note in " ".join(document["provenance"].split())
+    items = [i for a in document["adapters"] for i in a["evidence"]]
+    assert not any(i["obligation"] == "priority_influence" for i in items)
+    assert "observations" not in document
