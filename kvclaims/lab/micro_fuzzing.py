@@ -67,7 +67,7 @@ from kvclaims.spec.trace import (
 )
 from kvclaims.spec.vocabulary import ProtectionMode
 from kvclaims.statemachine import routing
-from kvclaims.statemachine.lifecycle import Event, Phase
+from kvclaims.statemachine.lifecycle import RESPONSIBLE, Event, Phase
 from kvclaims.statemachine.requests import RequestEvent, RequestPhase
 from kvclaims.statemachine.system import Violation
 
@@ -81,6 +81,13 @@ MIN_USABLE_BLOCKS = max(OBJECTS.values())
 """The smallest pool a machine may fuzz: every object's whole prefix fits once."""
 
 CLAIM_MODES = tuple(ProtectionMode)
+
+_NOT_REUSABLE = frozenset({Phase.absent, Phase.submitted, Phase.rejected, Phase.released})
+"""Phases in which no request may name the claim it reuses."""
+
+JOBS = 3
+JOB_TURN_BLOCKS = (5, 9, 18, 25, 32)
+"""An agent job's context per turn (seed 003 4.2), capped at the largest object's size."""
 
 
 class EmittedTraceCheck:
@@ -175,10 +182,19 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
         super().__init__()
         self.buffer = TraceBuffer()
         self.runtime = type(self).runtime_class(
-            self.usable_blocks, policy=self.policy, sink=self.buffer.append, source="kvclaims-fuzz"
+            self.usable_blocks,
+            policy=self.policy,
+            sink=self.buffer.append,
+            source="kvclaims-fuzz",
+            wall_clock=True,
         )
         for object_id, blocks in OBJECTS.items():
             self.runtime.register_object(object_id, blocks)
+        self.clock_started: dict[str, int] = {}
+        """Per `duration_ms` claim, the `t_ns` its trace says its clock (re)started at."""
+        self.job_turns: dict[str, int] = {}
+        self.job_pins: dict[str, str] = {}
+        """Per agent job, its next turn and its live pin claim (Continuum as claims)."""
         self.trace_check = EmittedTraceCheck(self.runtime.header)
         self.holding: dict[str, set[int]] = {}
         """Per claim, the positions its emitted block events say it holds."""
@@ -245,10 +261,20 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
                 )
             if name in ("active_request_refused", "active_request_deferred"):
                 self._conflict(event, usable)
+            self._track_clock(name, event)
             self._track_blocks(name, event)
             failure = self.trace_check.feed(event)
             if failure is not None:
                 self._finding("emitted_trace_accepted", failure)
+
+    def _track_clock(self, name: str, event: dict[str, Any]) -> None:
+        claim_id = event.get("claim_id")
+        if name == "resident_claim_accepted" and event.get("duration_ms"):
+            self.clock_started[claim_id] = event["t_ns"]
+        elif name == "request_reused" and event["predicate_satisfied"] and claim_id in self.clock_started:
+            claim = self.runtime.claims.get(claim_id)
+            if claim is not None and claim.spec.refresh_on_hit:
+                self.clock_started[claim_id] = event["t_ns"]
 
     def _track_blocks(self, name: str, event: dict[str, Any]) -> None:
         claim_id, position = event.get("claim_id"), event.get("position")
@@ -317,6 +343,73 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
         )
         self.runtime.submit_claim(spec)
 
+    @rule(
+        object_id=st.sampled_from(sorted(OBJECTS)),
+        duration_ms=st.integers(1, 400),
+        refresh_on_hit=st.booleans(),
+    )
+    def submit_timed_claim(self, object_id: str, duration_ms: int, refresh_on_hit: bool) -> None:
+        """A wall-clock claim (TTL style): expires `duration_ms` after acceptance, or after its
+        last satisfied reuse with `refresh_on_hit`."""
+        blocks = OBJECTS[object_id]
+        spec = ClaimSpec(
+            self._next("claim-"),
+            object_id,
+            ProtectionMode.expiring,
+            blocks,
+            blocks,
+            duration_ms=duration_ms,
+            refresh_on_hit=refresh_on_hit,
+        )
+        self.runtime.submit_claim(spec)
+
+    @rule(ms=st.integers(1, 300))
+    def advance_clock(self, ms: int) -> None:
+        """Wall-clock time passes with no engine step: timed claims whose duration ended expire."""
+        self.runtime.advance_clock(ms)
+
+    @rule(job=st.integers(0, JOBS - 1), last=st.booleans(), pin_ms=st.integers(1, 400))
+    def job_turn(self, job: int, last: bool, pin_ms: int) -> None:
+        """Seed 003's agent turn, with Continuum's pin kept as a claim: the turn reuses its
+        job's pin (its context grew), the old pin is released when the turn finishes, and a
+        non-last turn pins its context as an expiring `duration_ms` claim. Under a stock TTL
+        pin policy the runtime pins the finished turn itself (the claims are then rejected)."""
+        job_id = f"job-{job}"
+        turn = self.job_turns.get(job_id, 0)
+        blocks = min(JOB_TURN_BLOCKS[min(turn, len(JOB_TURN_BLOCKS) - 1)], MIN_USABLE_BLOCKS)
+        self.runtime.register_object(job_id, blocks)
+        pin = self.job_pins.pop(job_id, None)
+        live = self._claims(lambda c: c.spec.claim_id == pin and c.phase not in _NOT_REUSABLE)
+        spec = RequestSpec(
+            self._next(f"{job_id}-t{turn}-"),
+            job_id,
+            blocks,
+            reuse_claim=pin if live else None,
+            job_id=job_id,
+            last_turn=last,
+        )
+        self._run(spec)
+        if live and self.runtime.allows(pin, Event.release):
+            self.runtime.release(pin, "superseded by the job's next turn")
+        if last:
+            self.job_turns.pop(job_id, None)
+            return
+        self.job_turns[job_id] = turn + 1
+        claim_id = self._next(f"pin-{job_id}-")
+        plan = self.runtime.submit_claim(
+            ClaimSpec(
+                claim_id,
+                job_id,
+                ProtectionMode.expiring,
+                blocks,
+                blocks,
+                owner_scope=job_id,
+                duration_ms=pin_ms,
+            )
+        )
+        if plan.accepted:
+            self.job_pins[job_id] = claim_id
+
     @precondition(lambda self: self._claims(lambda c: c.phase is Phase.accepted))
     @rule(index=st.integers(0, 63))
     def materialize(self, index: int) -> None:
@@ -354,22 +447,13 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
             if record.phase is RequestPhase.admitted:
                 self.runtime.finish_request(request_id)
 
-    @precondition(
-        lambda self: self._claims(
-            lambda c: c.phase not in (Phase.absent, Phase.submitted, Phase.rejected, Phase.released)
-        )
-    )
+    @precondition(lambda self: self._claims(lambda c: c.phase not in _NOT_REUSABLE))
     @rule(index=st.integers(0, 63))
     def reuse(self, index: int) -> None:
         """A request returns to a claim's object (restoring it first: from the host tier if it
         was offloaded, a materialized two-key claim's checkpoint in place)."""
-        claim = self._pick(
-            self._claims(
-                lambda c: c.phase not in (Phase.absent, Phase.submitted, Phase.rejected, Phase.released)
-            ),
-            index,
-        )
-        blocks = OBJECTS[claim.spec.object_id]
+        claim = self._pick(self._claims(lambda c: c.phase not in _NOT_REUSABLE), index)
+        blocks = self.runtime.objects[claim.spec.object_id]
         self._run(
             RequestSpec(self._next("reuse-"), claim.spec.object_id, blocks, reuse_claim=claim.spec.claim_id)
         )
@@ -447,6 +531,28 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
                     f"no_unreported_predicate_loss: {claim.spec.claim_id} is materialized, its pool prefix "
                     f"has {leading} leading blocks of {claim.required_blocks}"
                 )
+
+    @invariant()
+    def timed_claims_expire_on_time(self) -> None:
+        """A `duration_ms` claim still responsible has not outlived its duration on the
+        runtime's clock (early expiry is the refinement checker's `duration` rule)."""
+        self._observe()
+        now = self.runtime.now_ns
+        for claim in self._claims(lambda c: c.phase in RESPONSIBLE and c.spec.duration_ms is not None):
+            started = self.clock_started.get(claim.spec.claim_id)
+            if started is not None and now - started >= claim.spec.duration_ms * 1_000_000:
+                promised = claim.spec.duration_ms
+                raise InvariantBroken(
+                    f"timed_claims_expire_on_time: {claim.spec.claim_id} is {claim.phase} "
+                    f"{(now - started) / 1e6:g} ms after its clock started; it promised {promised} ms"
+                )
+
+    @invariant()
+    def ttl_pins_lapse_on_time(self) -> None:
+        """A stock TTL pin (seed 003) is dropped once its engine-step TTL ends."""
+        late = [job for job, (until, _) in self.runtime._ttl_pins.items() if until <= self.runtime.step]
+        if late:
+            raise InvariantBroken(f"ttl_pins_lapse_on_time: pins of {late} outlived their TTL")
 
     @invariant()
     def blocking_ids_name_holding_hard_claims(self) -> None:

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,6 +74,7 @@ from kvclaims.statemachine.requests import RequestEvent, RequestPhase
 from kvclaims.vllm_binding import shutdown
 from kvclaims.vllm_binding.capacity import CapacityProof, peak_live_blocks
 from kvclaims.vllm_binding.config import DP_RANK_PLACEHOLDER, SUPPORTED_MODES, BindingConfig
+from kvclaims.vllm_binding.continuum import ContinuumJobs, JobKeyProblem, JobTurn, parse_job_keys
 from kvclaims.vllm_binding.hybrid import HybridCheckpoints, HybridLayout, hybrid_layout
 from kvclaims.vllm_binding.metadata import (
     NOTE_PREFIX,
@@ -97,6 +99,8 @@ HTTP 500 that drops stop_reason; ABORT reaches the client as finish_reason "abor
 stop_reason visible, and is what a refusal is: the engine did not serve the request."""
 
 _MAX_NAMED_IN_STOP_REASON = 8
+
+_NS_PER_MS = 1_000_000
 
 PINNED_SWEEP_STEPS = 32
 """Pinned blocks are re-verified at least this often even without a known hash-stripping path."""
@@ -142,6 +146,9 @@ def _hashing_problem(scheduler: Any) -> str | None:
     return None
 
 
+_NORMAL_FINISH = frozenset({RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED})
+"""Finishes after which a Continuum turn is pinned (never an abort, refusal or error)."""
+
 _SETTLE_EVENT = {
     Event.demote: ResidentClaimDemoted,
     Event.expire: ResidentClaimExpired,
@@ -169,6 +176,12 @@ class RequestBook:
     """Offloaded claims this request loads back (their blocks become its blocks)."""
     claim_note: str | None = None
     """What happened to the request's claim operation, for the caller (`NOTE_PREFIX`)."""
+    turn: JobTurn | None = None
+    """The request's agent-job turn (Continuum compatibility mode only)."""
+
+    @property
+    def job(self) -> str | None:
+        return None if self.turn is None else self.turn.job_id
 
     @property
     def feeds(self) -> list[str]:
@@ -216,6 +229,10 @@ class ClaimArbiter:
         )
         self.ledger = self.registry.ledger
         self.step = 0
+        self.clock: Callable[[], int] = time.time_ns
+        """The wall clock (ns) that stamps `t_ns` and times `duration_ms` claims; lanes with a
+        virtual clock replace it. Read through `now_ns`, which never runs backwards."""
+        self._last_ns = 0
         self._books: dict[str, RequestBook] = {}
         self._claim_notes: dict[str, str] = {}
         """Claim notes of requests that finished this step, by vLLM request id."""
@@ -231,6 +248,8 @@ class ClaimArbiter:
         self._depth = 0
         self._pins_suspect = False
         self.sink: EventSink = self._open_sink()
+        self.continuum = ContinuumJobs(config.continuum) if config.continuum is not None else None
+        """Continuum compatibility: job keys kept as pin claims; None when off."""
         self.offload: ClaimOffload | None = ClaimOffload.attach(self, scheduler)
         """The CPU-tier side (offload, restore, restoration failures); None without the
         binding's connector."""
@@ -258,9 +277,15 @@ class ClaimArbiter:
         shutdown.guard(sink)
         return sink
 
+    def now_ns(self) -> int:
+        """The clock now, never earlier than a time already stamped or armed (a wall clock
+        stepped back must not make an expiry look early)."""
+        self._last_ns = max(self._last_ns, self.clock())
+        return self._last_ns
+
     def _emit(self, event_type: type[_Event], **fields: Any) -> None:
         if self.sink.enabled:
-            self.sink.emit(event_type, engine_step=self.step, **fields)
+            self.sink.emit(event_type, engine_step=self.step, t_ns=self.now_ns(), **fields)
 
     emit = _emit
     """Emit one trace event at the current engine step (for the arbiter's helpers)."""
@@ -345,9 +370,10 @@ class ClaimArbiter:
         book = RequestBook(trace_id=self._lifetime_id(request.request_id))
         self._books[request.request_id] = book
         params = request.sampling_params
-        parsed = parse_claim_metadata(
-            None if params is None else params.extra_args, typed=self.config.typed_metadata
-        )
+        extra_args = None if params is None else params.extra_args
+        parsed = parse_claim_metadata(extra_args, typed=self.config.typed_metadata)
+        if self.continuum is not None:
+            self._join_job(request, parse_job_keys(extra_args), book, claim_op=parsed is not None)
         if parsed is None:
             return
         if isinstance(parsed, MetadataRejection):
@@ -364,6 +390,53 @@ class ClaimArbiter:
             self._attach(request, parsed, owner, book)
         else:
             self._owner_settles(parsed, owner, book)
+
+    def _join_job(
+        self, request: Request, turn: JobTurn | JobKeyProblem | None, book: RequestBook, *, claim_op: bool
+    ) -> None:
+        """Continuum mode: note the request's job turn and attach it to its job's live pin (its
+        prefix hit is then reported as a reuse of the pin)."""
+        if turn is None:
+            return
+        if isinstance(turn, JobKeyProblem):
+            self._reject(None, turn.reason, book, spend=False)
+            return
+        if claim_op:
+            self._reject(
+                None,
+                "a request with Continuum job keys takes no kvclaims_* claim operation",
+                book,
+                spend=False,
+            )
+            return
+        book.turn = turn
+        assert self.continuum is not None
+        pin = self.continuum.pin_of(turn.job_id, self.registry.claims)
+        if pin is not None:
+            record = self.registry.claims[pin]
+            book.attached = pin
+            record.feeders.add(request.request_id)
+
+    def _pin_turn(self, request: Request, book: RequestBook) -> None:
+        """Continuum mode, a request of a job is finishing: the job's previous pin is released
+        (superseded) and a non-last turn that finished normally submits the next one while its
+        blocks are still held."""
+        assert self.continuum is not None and book.turn is not None
+        job = book.turn.job_id
+        previous = self.continuum.pin_of(job, self.registry.claims)
+        if previous is not None:
+            self._release(
+                self.registry.claims[previous], f"superseded: request {book.trace_id} of its job finished"
+            )
+            book.claim_note = book.claim_note or f"{NOTE_PREFIX}claim_released:{previous}"
+        footprint = request.num_prompt_tokens // self.block_size
+        if book.turn.last_step or request.status not in _NORMAL_FINISH or footprint == 0:
+            return
+        op = self.continuum.pin_request(book.turn, footprint)
+        assert op.owner is not None
+        self._submit(request, op, op.owner, book)
+        if op.claim_id in self.registry.claims:
+            self.continuum.pinned(job, op.claim_id)
 
     def _lifetime_id(self, request_id: str) -> str:
         """The trace id of this lifetime of `request_id`. vLLM lets a finished request's id be
@@ -440,6 +513,8 @@ class ClaimArbiter:
             "footprint_blocks": footprint,
             "predicate": predicate,
             "duration_steps": claim.duration_steps,
+            "duration_ms": claim.duration_ms,
+            "refresh_on_hit": claim.refresh_on_hit,
         }
         self._emit(ResidentClaimSubmitted, request_id=book.trace_id, **terms)
         if footprint > full_prompt_blocks:
@@ -472,9 +547,8 @@ class ClaimArbiter:
         self._materializing.add(record)
         if record.offloadable and self.offload is not None:
             self.offload.hold(record)
-        if record.claim.duration_steps is not None:
-            self.ledger.expire_at(record, step=record.accepted_step + record.claim.duration_steps)
         self._emit(ResidentClaimAccepted, request_id=book.trace_id, **terms)
+        self._arm_expiry(record)
         book.claim_note = f"{NOTE_PREFIX}claim_accepted:{record.claim_id}"
 
     def _submission_problem(self, request: Request, op: ClaimRequest) -> str | None:
@@ -601,10 +675,31 @@ class ClaimArbiter:
                 book.attached = None
         self._emit(ResidentClaimReleased, claim_id=record.claim_id, reason=reason)
 
+    def _arm_expiry(self, record: ClaimRecord) -> None:
+        """(Re-)arm a claim's deadline from now (after the event that starts its clock was
+        stamped, so the deadline is never earlier than the trace's clock start): at acceptance,
+        and on a satisfied reuse of a `refresh_on_hit` claim."""
+        claim = record.claim
+        if claim.duration_steps is not None:
+            self.ledger.expire_at(record, step=self.step + claim.duration_steps)
+        if claim.duration_ms is not None:
+            self.ledger.expire_at(record, ms=self.now_ns() / _NS_PER_MS + claim.duration_ms)
+
     def _expire_due(self) -> None:
-        for record in self.ledger.due(self.step):
-            duration = record.claim.duration_steps  # type: ignore[attr-defined]
-            self._settle(record, Event.expire, f"duration of {duration} steps ended")  # type: ignore[arg-type]
+        now_ms = self.now_ns() / _NS_PER_MS
+        due = self.ledger.due(self.step, now_ms)
+        waiting_jobs = {
+            b.job for b in self._books.values() if b.job is not None and b.phase is not RequestPhase.admitted
+        }
+        for record in due:
+            if self.continuum is not None and self.continuum.job_of(record) in waiting_jobs:
+                # Continuum keeps a pin while its job's next request waits (seed 003): the
+                # duration is a minimum, so holding on is within the claim's terms.
+                self.ledger.expire_at(record, ms=now_ms)
+                continue
+            claim = record.claim  # type: ignore[attr-defined]
+            ended = f"{claim.duration_steps} steps" if claim.duration_steps else f"{claim.duration_ms} ms"
+            self._settle(record, Event.expire, f"duration of {ended} ended")  # type: ignore[arg-type]
 
     # -- materialization and loss ----------------------------------------------------------
 
@@ -1030,6 +1125,8 @@ class ClaimArbiter:
         )
         self.ledger.advance(record, Event.reuse_satisfied if satisfied else Event.reuse_unsatisfied)
         book.step(RequestEvent.reuse)
+        if satisfied and record.claim.refresh_on_hit:
+            self._arm_expiry(record)
 
     # -- after a model step; finishing requests; resets -------------------------------------
 
@@ -1073,6 +1170,8 @@ class ClaimArbiter:
         book = self._books.pop(request.request_id, None)
         if book is None:
             return
+        if book.turn is not None:
+            self._pin_turn(request, book)
         if book.claim_note is not None:
             self._claim_notes[request.request_id] = book.claim_note
         self._deferred.discard(request.request_id)

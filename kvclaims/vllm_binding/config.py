@@ -82,6 +82,26 @@ class OffloadSettings(SpecModel):
         }
 
 
+class ContinuumSettings(SpecModel):
+    """Continuum compatibility (`kvclaims.vllm_binding.continuum`): seed 003's `job_id` /
+    `is_last_step` request keys become TTL pin claims. Invariant: the pin mode is one whose
+    conflict action keeps Continuum's behaviour (demotable: pins are dropped, reported, to
+    admit work; expiring: work waits, attributed, until pins lapse)."""
+
+    pin_ms: PositiveInt = 2000
+    """How long a finished non-last turn's blocks are kept at least (Continuum's fixed
+    2.0 s, seed 003 10.3 step 4)."""
+    mode: ProtectionMode = ProtectionMode.demotable
+    refresh_on_hit: StrictBool = False
+    """Whether a satisfied reuse of a pin restarts its clock (Continuum: no)."""
+
+    @model_validator(mode="after")
+    def _pin_mode(self) -> ContinuumSettings:
+        if self.mode not in (ProtectionMode.demotable, ProtectionMode.expiring):
+            raise ValueError(f"continuum.mode must be demotable or expiring, got {self.mode}")
+        return self
+
+
 _DEFAULT_ACTIONS: dict[ProtectionMode, ConflictAction] = {
     ProtectionMode.hard_protected: ConflictAction.refuse,
     ProtectionMode.demotable: ConflictAction.demote,
@@ -163,6 +183,9 @@ class BindingConfig(SpecModel):
     restored state has another value hash as a satisfied reuse. Never set this when serving."""
     offload: OffloadSettings | None = None
     """Run the binding's offload connector (needed for offloadable claims)."""
+    continuum: ContinuumSettings | None = None
+    """Keep seed 003's `job_id` / `is_last_step` request keys as TTL pin claims (off when
+    absent: the keys are then ignored, as stock vLLM ignores them)."""
     checkpoints: StrictBool = False
     """Run the binding's checkpoint connector (hybrid models: needed for hybrid_two_key
     claims, the only claims such a model takes)."""
@@ -179,6 +202,11 @@ class BindingConfig(SpecModel):
             raise ValueError("checkpoints and offload each need vLLM's one KV connector; choose one")
         if self.owner_hmac_key is not None and len(self.owner_hmac_key) < 16:
             raise ValueError("owner_hmac_key must be at least 16 characters")
+        if self.owner_hmac_key is not None and self.continuum is not None:
+            raise ValueError(
+                "continuum: Continuum's job keys carry no owner authentication; it cannot run "
+                "on an engine that requires owner tokens (owner_hmac_key)"
+            )
         return self
 
     def trace_template(self, dp_rank: int) -> str | None:

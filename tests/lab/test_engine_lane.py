@@ -201,6 +201,23 @@ def test_demotion_and_expiry_come_before_any_loss(runs: dict[str, Checked]) -> N
     assert "expired_before_loss" in runs["expire-before-loss"].witnesses
 
 
+def test_continuum_turns_are_served_from_their_pins_and_an_unfollowed_pin_lapses(
+    runs: dict[str, Checked],
+) -> None:
+    """Seed 003 on the engine: the context grows by each turn's real output and a tool result;
+    every non-last turn's pin (its prompt's full blocks) serves the next turn's prefix hit."""
+    n = runs["continuum-agent-turns"].numbers
+    assert n["prompt_tokens"] == [69, 112, 155]  # 2 blocks + 5, then + 4 output + 39 tool tokens
+    assert n["pin_footprints"] == [69 // BLOCK, 112 // BLOCK, 69 // BLOCK]
+    assert n["turn_reuses_satisfied"] == [True, True]
+    for turn in (1, 2):
+        assert n["cached_tokens"][turn] >= n["pin_footprints"][turn - 1] * BLOCK
+    assert any(p.startswith("continuum-pin:other:") and p in n["expired"] for p in n["pins_accepted"])
+    assert min(n["expired_after_ms"]) >= n["pin_ms"]
+    assert n["pinned_blocks_at_end"] == 0 and n["harmed"] == 0
+    assert n["last_turn_stop_reason"] == "kvclaims:claim_released:continuum-pin:agent:2"
+
+
 def test_a_claim_whose_host_copy_never_fit_is_harmed_the_others_are_offloaded(
     runs: dict[str, Checked],
 ) -> None:
