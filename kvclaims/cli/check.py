@@ -213,6 +213,8 @@ def _run_fleet(args: argparse.Namespace) -> int:
             )
         routes = ", ".join(f"{count} {name}" for name, count in verdict.routes.items())
         console.print(escape(f"  router {verdict.router}: routed reuse {routes}"))
+        for note in verdict.notes:
+            console.print(escape(f"  note: {note}"))
     return EXIT_CODES[verdict.outcome.value]
 
 

@@ -96,6 +96,7 @@ class FleetVerdict:
     finding: Finding | None = None
     routes: dict[str, int] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    router_format: str = ROUTER_FORMAT
 
     @property
     def reason(self) -> str:
@@ -107,6 +108,11 @@ class FleetVerdict:
         if self.finding is not None:
             at = f" line {self.finding.line}" if self.finding.line is not None else ""
             return f"{self.where}{at}: [{self.finding.error_class}] {self.finding.message}"
+        if self.router_format != ROUTER_FORMAT:
+            return (
+                "every engine stream is accepted and every routed reuse is joined to the engine "
+                "that served it (its report derived from that engine's stream)"
+            )
         return "every engine stream is accepted and every routed reuse is attributed and reported"
 
     def to_json(self) -> dict[str, Any]:
@@ -120,6 +126,7 @@ class FleetVerdict:
             "rule": self.counterexample.rule.value if self.counterexample else None,
             "field": self.finding.field if self.finding else None,
             "router": self.router,
+            "router_format": self.router_format,
             "routes": dict(self.routes),
             "engines": [
                 {"path": e.path, "engine_id": e.engine_id, **_brief(e.verdict)} for e in self.engines
@@ -196,6 +203,7 @@ def check_fleet(
         finding=worst.finding,
         routes={outcome.value: state.outcomes[outcome] for outcome in RouteOutcome},
         notes=tuple(j.finding.message for j in judgements if j.finding is not None and j is not worst),
+        router_format=router_format,
     )
 
 

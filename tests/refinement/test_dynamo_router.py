@@ -251,3 +251,18 @@ def test_kvclaims_check_fleet_reads_dynamo_decisions(
     shown = capsys.readouterr().out
     assert "accepted fleet" in shown and "0 delivered, 1 missed" in shown
     assert main(["check", "--router-format", FORMAT, *engines]) == 2
+
+
+def test_another_dynamo_commits_record_is_refused(tmp_path: Path) -> None:
+    # AddRequest as other Dynamo commits write it: no isl or overlap, two other fields
+    record = added("r1", 7)
+    record["data"] = {
+        "AddRequest": {
+            "token_sequence": [1, 2, 3],
+            "track_prefill_tokens": True,
+            "expected_output_tokens": None,
+            "prefill_load_hint": None,
+        }
+    }
+    verdict = check(tmp_path, [record])
+    assert verdict.outcome is Outcome.invalid and verdict.finding.line == 1
