@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from kvclaims.refinement.abstractions import dynamo_router
 from kvclaims.refinement.api import check_trace
@@ -45,6 +45,7 @@ from kvclaims.refinement.reader import (
     ordering_error,
     parse_error,
     read_lines,
+    validated_document,
 )
 from kvclaims.refinement.verdict import (
     RULE_ERROR_CLASS,
@@ -355,7 +356,7 @@ def _lines(path: Path) -> Iterator[tuple[int, Any]]:
             decode_json(content, number, terminated)
             document = exact_document(content, number)
             if number == 1:
-                _validated(TraceHeader, document, number)
+                validated_document(TraceHeader, document, number)
                 continue
             yield number, document
 
@@ -373,7 +374,7 @@ def _engine_events(path: Path) -> Iterator[tuple[int, BaseModel]]:
         last = seq
         name = document.get("event")
         if name in routing.ACCEPTANCE_EVENTS or "request_id" in document:
-            yield number, _validated(EVENT_MODELS[name], document, number)
+            yield number, validated_document(EVENT_MODELS[name], document, number)
 
 
 def _router_events(path: Path) -> Iterator[tuple[int, Any]]:
@@ -389,20 +390,11 @@ def _router_events(path: Path) -> Iterator[tuple[int, Any]]:
         unknown = sorted(set(document) - set(model.model_fields))
         if unknown:
             raise parse_error(f"field {unknown[0]!r} is not a field of {name}", number, unknown[0])
-        event = _validated(model, document, number)
+        event = validated_document(model, document, number)
         if event.seq <= last:  # type: ignore[attr-defined]
             raise ordering_error(event.seq, last, number)  # type: ignore[attr-defined]
         last = event.seq  # type: ignore[attr-defined]
         yield number, event
-
-
-def _validated(model: type[BaseModel], document: Any, line: int) -> Any:
-    try:
-        return model.model_validate(document)
-    except ValidationError as error:
-        problem = error.errors()[0]
-        where = ".".join(str(p) for p in problem["loc"]) or None
-        raise parse_error(f"{model.__name__}: {problem['msg']}", line, where) from None
 
 
 ROUTER_ORDERING = (

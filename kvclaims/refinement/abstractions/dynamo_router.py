@@ -41,9 +41,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from kvclaims.refinement.reader import (
     TraceInputError,
@@ -52,6 +52,7 @@ from kvclaims.refinement.reader import (
     exact_document,
     parse_error,
     read_lines,
+    validated_document,
 )
 from kvclaims.refinement.verdict import ErrorClass, Finding
 from kvclaims.spec.trace import RouteDecided
@@ -91,7 +92,7 @@ class _Added(_Strict):
     AddRequest: _AddRequest
 
 
-class _Event(_Strict):
+class ActiveSequenceEvent(_Strict):
     request_id: StrictStr = Field(min_length=1, max_length=256)
     worker: _Worker
     data: _Added | Literal["Free", "MarkPrefillCompleted"]
@@ -139,7 +140,7 @@ def read_decisions(
     with TraceStream(path.open("rb")) as stream:
         for number, content, terminated in read_lines(stream):
             decode_json(content, number, terminated)
-            event = _validated(exact_document(content, number), number)
+            event = validated_document(ActiveSequenceEvent, exact_document(content, number), number)
             if not isinstance(event.data, _Added):
                 if event.request_id not in decided:
                     raise parse_error(
@@ -159,7 +160,7 @@ def read_decisions(
 
 
 def _decision(
-    event: _Event,
+    event: ActiveSequenceEvent,
     added: _AddRequest,
     line: int,
     block_sizes: Mapping[str, int | None],
@@ -203,12 +204,3 @@ def _same_units(added: _AddRequest, block_size: int | None, engine: str, line: i
             line,
             "data.AddRequest.overlap",
         )
-
-
-def _validated(document: Any, line: int) -> _Event:
-    try:
-        return _Event.model_validate(document)
-    except ValidationError as error:
-        problem = error.errors()[0]
-        where = ".".join(str(p) for p in problem["loc"]) or None
-        raise parse_error(f"ActiveSequenceEvent: {problem['msg']}", line, where) from None
