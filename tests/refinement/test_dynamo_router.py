@@ -266,3 +266,14 @@ def test_another_dynamo_commits_record_is_refused(tmp_path: Path) -> None:
     }
     verdict = check(tmp_path, [record])
     assert verdict.outcome is Outcome.invalid and verdict.finding.line == 1
+
+
+def test_a_free_naming_another_worker_than_its_decision_is_invalid(tmp_path: Path) -> None:
+    verdict = check(tmp_path, [added("r1", 7), unit("r1", 9, "Free")])
+    assert verdict.outcome is Outcome.invalid
+    assert (verdict.finding.line, verdict.finding.field) == (2, "worker")
+
+
+def test_a_request_under_an_adapter_fails_closed(tmp_path: Path) -> None:
+    verdict = check(tmp_path, [{**added("r1", 7), "lora_name": "sql-adapter"}])
+    assert verdict.outcome is Outcome.inconclusive and verdict.finding.field == "lora_name"

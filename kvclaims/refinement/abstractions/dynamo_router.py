@@ -26,10 +26,12 @@ in the order the router published them. The record names no claim and no candida
   check then judges placement and the join, and counts delivered and missed reuse, but the
   router's own report is not evidence (there is none).
 
-Fails closed (a `RouterRecordError` naming line and field): a field outside the lists above or a
+Fails closed (a `TraceInputError` whose finding names line and field): a field outside the lists above or a
 missing one, a wrong JSON type, a duplicate key, a truncated last line -> `parse` (invalid); a
 request id decided twice, or freed before it was decided -> `parse` (ambiguous request ids);
-a worker no engine stream names, a request no claim names, a `token_sequence` of null (the units
+a `Free` or `MarkPrefillCompleted` naming another worker than the decision -> `parse`; a worker
+no engine stream names, a request no claim names, a request under a LoRA adapter (`lora_name`:
+its blocks are the adapter's, not the claim's), a `token_sequence` of null (the units
 of `overlap` are unknown), a `token_sequence` whose length is not `isl // block_size` for the
 chosen engine's block size, or an `overlap` beyond it (a block-size mismatch) -> `undecidable`
 (inconclusive). The events carry no sequence number (`router_id` names the router replica, not
@@ -100,12 +102,8 @@ class ActiveSequenceEvent(_Strict):
     lora_name: StrictStr | None = None
 
 
-class RouterRecordError(TraceInputError):
-    """A capture line this reader cannot turn into a decision, with the reason's class."""
-
-
-def _undecidable(message: str, line: int, field: str) -> RouterRecordError:
-    return RouterRecordError(Finding(ErrorClass.undecidable, message, line=line, field=field))
+def _undecidable(message: str, line: int, field: str) -> TraceInputError:
+    return TraceInputError(Finding(ErrorClass.undecidable, message, line=line, field=field))
 
 
 def engine_of(worker_id: int, dp_rank: int) -> str:
@@ -135,14 +133,20 @@ def read_decisions(
     path: Path, block_sizes: Mapping[str, int | None], claims: Mapping[str, str]
 ) -> Iterator[tuple[int, RouteDecided]]:
     """Every `AddRequest` of the capture as a `route_decided`, with its line (raises
-    `RouterRecordError`, see the module docstring)."""
-    decided: set[str] = set()
+    `TraceInputError`, see the module docstring)."""
+    decided: dict[str, ActiveSequenceEvent] = {}
     with TraceStream(path.open("rb")) as stream:
         for number, content, terminated in read_lines(stream):
             decode_json(content, number, terminated)
             event = validated_document(ActiveSequenceEvent, exact_document(content, number), number)
             if not isinstance(event.data, _Added):
-                if event.request_id not in decided:
+                decision = decided.get(event.request_id)
+                if decision is not None and decision.worker != event.worker:
+                    message = (
+                        f"{event.data} for request {event.request_id} names another worker than its decision"
+                    )
+                    raise parse_error(message, number, "worker")
+                if decision is None:
                     raise parse_error(
                         f"{event.data} for request {event.request_id}, which was never decided",
                         number,
@@ -155,7 +159,7 @@ def read_decisions(
                     number,
                     "request_id",
                 )
-            decided.add(event.request_id)
+            decided[event.request_id] = event
             yield number, _decision(event, event.data.AddRequest, number, block_sizes, claims)
 
 
@@ -169,6 +173,9 @@ def _decision(
     engine = engine_of(event.worker.worker_id, event.worker.dp_rank)
     if engine not in block_sizes:
         raise _undecidable(f"worker {engine} is named by no engine stream given", line, "worker.worker_id")
+    if event.lora_name is not None:
+        message = f"request {event.request_id} runs adapter {event.lora_name}: its blocks are not the claim's"
+        raise _undecidable(message, line, "lora_name")
     claim = claims.get(event.request_id)
     if claim is None:
         raise _undecidable(f"no claim is named for request {event.request_id}", line, "request_id")
