@@ -31,7 +31,10 @@ sha256), so whoever re-checks the descriptor's evidence reads the capture as it 
 names its `engine_id`), ROUTER the routing hook's stream; the engine streams are checked one by
 one, then the routing rules per claim and request across them (no order between streams is
 assumed). Two streams of one engine (a restart), a truncated stream or a request the chosen
-engine's stream never mentions make the fleet inconclusive.
+engine's stream never mentions make the fleet inconclusive. `--router-format
+dynamo-active-sequences` reads ROUTER as NVIDIA Dynamo's KV router decisions (its
+`ActiveSequenceEvent` lines) instead, with `--router-claims FILE` (a JSON object: request id ->
+claim id) naming the claim each routed request reuses.
 
 Exit codes (the worst over all traces): 0 accepted, 1 rejected, 2 invalid input, 3 inconclusive.
 """
@@ -64,6 +67,7 @@ from kvclaims.cli._common import (
     stdout_console,
 )
 from kvclaims.refinement import fanout
+from kvclaims.refinement.fleet import ROUTER_FORMAT, ROUTER_FORMATS, check_fleet
 from kvclaims.refinement.sources import AUTO, FORMATS
 from kvclaims.spec.errors import InputError, Problem
 from kvclaims.spec.tables import KV_EVENT_FORMATS
@@ -130,6 +134,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.fleet is not None:
         return _run_fleet(args)
+    if args.router_claims is not None or args.router_format != ROUTER_FORMAT:
+        raise InputError([Problem("--router-format", "only with --fleet")])
     files = trace_files(args.traces)
     if STDIN in files and args.evidence_out is not None:
         raise InputError(
@@ -194,15 +200,15 @@ _NOT_WITH_FLEET = ("registry", "open", "strict", "evidence_out", "ray")
 def _run_fleet(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
-    from kvclaims.refinement.fleet import check_fleet
-
     given = [f"--{name.replace('_', '-')}" for name in _NOT_WITH_FLEET if getattr(args, name)]
+    if args.router_claims is not None and args.router_format == ROUTER_FORMAT:
+        given.append("--router-claims")
     if given or args.format != AUTO:
         raise InputError([Problem("--fleet", f"not with {', '.join(given) or '--format'}")])
     files = trace_files(args.traces)
     if STDIN in files or not files:
         raise InputError([Problem("--fleet", "needs the engines' trace files")])
-    verdict = check_fleet(args.fleet, files)
+    verdict = check_fleet(args.fleet, files, router_format=args.router_format, claims=args.router_claims)
     if args.json:
         print_json_lines([verdict.to_json()])
     else:
@@ -215,6 +221,8 @@ def _run_fleet(args: argparse.Namespace) -> int:
             )
         routes = ", ".join(f"{count} {name}" for name, count in verdict.routes.items())
         console.print(escape(f"  router {verdict.router}: routed reuse {routes}"))
+        for note in verdict.notes:
+            console.print(escape(f"  note: {note}"))
     return EXIT_CODES[verdict.outcome.value]
 
 
@@ -487,6 +495,19 @@ def _write_evidence(out: Path, files: list[Path], verdicts: list[Any], registry:
     type=PathType,
     metavar="ROUTER",
     help="check a fleet: ROUTER is the routing hook's stream, TRACE... the engines' streams",
+)
+@click.option(
+    "--router-format",
+    type=click.Choice(ROUTER_FORMATS),
+    default=ROUTER_FORMAT,
+    show_default=True,
+    help="with --fleet: what ROUTER is (the routing hook's stream, or Dynamo's KV router decisions)",
+)
+@click.option(
+    "--router-claims",
+    type=PathType,
+    metavar="FILE",
+    help="with --fleet and a router's own records: a JSON object, request id -> claim id",
 )
 def command(**options: object) -> int:
     return runs(run)(**options)

@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
+from kvclaims.refinement.abstractions import dynamo_router
 from kvclaims.refinement.api import check_trace
 from kvclaims.refinement.evidence import file_sha256
 from kvclaims.refinement.reader import (
@@ -44,6 +45,7 @@ from kvclaims.refinement.reader import (
     ordering_error,
     parse_error,
     read_lines,
+    validated_document,
 )
 from kvclaims.refinement.verdict import (
     RULE_ERROR_CLASS,
@@ -54,12 +56,21 @@ from kvclaims.refinement.verdict import (
     TraceVerdict,
 )
 from kvclaims.spec.evidence import Anchor, EvidenceItem
-from kvclaims.spec.trace import EVENT_MODELS, ROUTING_EVENT_MODELS, RouteOutcome, TraceHeader
+from kvclaims.spec.trace import (
+    EVENT_MODELS,
+    ROUTING_EVENT_MODELS,
+    RouteDecided,
+    RouteOutcome,
+    RouteReuseReported,
+    TraceHeader,
+)
 from kvclaims.spec.vocabulary import AnchorKind, EvidenceScope, EvidenceStatus, Obligation
 from kvclaims.statemachine import routing
 from kvclaims.statemachine.system import Violation
 
 ROUTER_FORMAT = "kvclaims-v1-router"
+ROUTER_FORMATS: tuple[str, ...] = (ROUTER_FORMAT, dynamo_router.FORMAT)
+"""The routing hook's trace v1 stream, or NVIDIA Dynamo's KV router decisions."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +80,7 @@ class EngineStream:
     path: str
     engine_id: str | None
     verdict: TraceVerdict
+    block_size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +97,7 @@ class FleetVerdict:
     finding: Finding | None = None
     routes: dict[str, int] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    router_format: str = ROUTER_FORMAT
 
     @property
     def reason(self) -> str:
@@ -96,6 +109,11 @@ class FleetVerdict:
         if self.finding is not None:
             at = f" line {self.finding.line}" if self.finding.line is not None else ""
             return f"{self.where}{at}: [{self.finding.error_class}] {self.finding.message}"
+        if self.router_format != ROUTER_FORMAT:
+            return (
+                "every engine stream is accepted and every routed reuse is joined to the engine "
+                "that served it (its report derived from that engine's stream)"
+            )
         return "every engine stream is accepted and every routed reuse is attributed and reported"
 
     def to_json(self) -> dict[str, Any]:
@@ -109,6 +127,7 @@ class FleetVerdict:
             "rule": self.counterexample.rule.value if self.counterexample else None,
             "field": self.finding.field if self.finding else None,
             "router": self.router,
+            "router_format": self.router_format,
             "routes": dict(self.routes),
             "engines": [
                 {"path": e.path, "engine_id": e.engine_id, **_brief(e.verdict)} for e in self.engines
@@ -138,8 +157,16 @@ def _engine_judgement(stream: EngineStream) -> _Judgement:
     return _Judgement(verdict.outcome, stream.path, verdict.counterexample, verdict.finding)
 
 
-def check_fleet(router: str | Path, engines: Sequence[str | Path]) -> FleetVerdict:
-    """Check a fleet: the router stream and every engine's stream (never raises on bad input)."""
+def check_fleet(
+    router: str | Path,
+    engines: Sequence[str | Path],
+    *,
+    router_format: str = ROUTER_FORMAT,
+    claims: str | Path | None = None,
+) -> FleetVerdict:
+    """Check a fleet: the router stream and every engine's stream (never raises on bad input).
+    `router_format` is one of `ROUTER_FORMATS`: the routing hook's stream, or a router's own
+    decision records (`claims` then names the client's request -> claim file)."""
     streams = tuple(_engine_stream(Path(path)) for path in engines)
     judgements = [_engine_judgement(s) for s in streams if s.verdict.outcome is not Outcome.accepted]
     counts = Counter(s.engine_id for s in streams if s.engine_id is not None)
@@ -157,8 +184,10 @@ def check_fleet(router: str | Path, engines: Sequence[str | Path]) -> FleetVerdi
         elif stream.verdict.outcome is Outcome.accepted:
             complete[stream.engine_id] = stream
     state = routing.init(complete)
-    routed = _route(state, str(router), complete)
+    routed = _route(state, str(router), complete, router_format, claims)
     judgements.append(routed)
+    if router_format != ROUTER_FORMAT:
+        judgements.append(_Judgement(Outcome.accepted, finding=_note(dynamo_router.NOT_NUMBERED)))
     worst = max(judgements, key=lambda j: j.outcome.severity)
     error_class = None
     if worst.counterexample is not None:
@@ -175,20 +204,29 @@ def check_fleet(router: str | Path, engines: Sequence[str | Path]) -> FleetVerdi
         finding=worst.finding,
         routes={outcome.value: state.outcomes[outcome] for outcome in RouteOutcome},
         notes=tuple(j.finding.message for j in judgements if j.finding is not None and j is not worst),
+        router_format=router_format,
     )
 
 
 def _engine_stream(path: Path) -> EngineStream:
     verdict = check_trace(path)
-    engine_id = None
+    header: Any = None
     if verdict.outcome is not Outcome.invalid:
         with TraceStream(path.open("rb")) as stream:
             number, content, terminated = next(read_lines(stream))
             header = decode_json(content, number, terminated)
-        engine_id = header.get("engine_id") if isinstance(header, dict) else None
-        if not isinstance(engine_id, str):
-            engine_id = None
-    return EngineStream(str(path), engine_id, verdict)
+    header = header if isinstance(header, dict) else {}
+    engine_id, block_size = header.get("engine_id"), header.get("block_size")
+    return EngineStream(
+        str(path),
+        engine_id if isinstance(engine_id, str) else None,
+        verdict,
+        block_size if isinstance(block_size, int) and not isinstance(block_size, bool) else None,
+    )
+
+
+def _note(message: str) -> Finding:
+    return Finding(ErrorClass.undecidable, message)
 
 
 def _undecided(where: str, message: str, line: int | None = None, field: str | None = None) -> _Judgement:
@@ -205,7 +243,13 @@ class _SequenceGap(Exception):
         self.line = line
 
 
-def _route(state: routing.FleetState, router: str, engines: dict[str, EngineStream]) -> _Judgement:
+def _route(
+    state: routing.FleetState,
+    router: str,
+    engines: dict[str, EngineStream],
+    router_format: str,
+    claims: str | Path | None,
+) -> _Judgement:
     """Fold the complete engines' streams, then judge the router stream against them."""
     for engine, stream in engines.items():
         try:
@@ -215,6 +259,13 @@ def _route(state: routing.FleetState, router: str, engines: dict[str, EngineStre
                     return _Judgement(Outcome.rejected, stream.path, counterexample=_counterexample(found))
         except _SequenceGap as gap:
             return _undecided(stream.path, str(gap), line=gap.line, field="seq")
+    if router_format not in ROUTER_FORMATS:
+        known = ", ".join(ROUTER_FORMATS)
+        return _Judgement(
+            Outcome.invalid, router, finding=_parse(f"router format {router_format!r} ({known})")
+        )
+    if router_format != ROUTER_FORMAT:
+        return _route_records(state, router, engines, claims)
     try:
         closed = False
         for line, event in _router_events(Path(router)):
@@ -227,9 +278,53 @@ def _route(state: routing.FleetState, router: str, engines: dict[str, EngineStre
     except TraceInputError as error:
         return _Judgement(Outcome.invalid, router, finding=error.finding)
     except OSError as error:
-        return _Judgement(Outcome.invalid, router, finding=Finding(ErrorClass.parse, f"cannot read: {error}"))
+        return _Judgement(Outcome.invalid, router, finding=_parse(f"cannot read: {error}"))
     if not closed:
         return _undecided(router, "truncated: the router stream has no trace_closed line")
+    return _concluded(state, router)
+
+
+def _route_records(
+    state: routing.FleetState, router: str, engines: dict[str, EngineStream], claims: str | Path | None
+) -> _Judgement:
+    """Judge a router's own decision records: each decision, then its report as the chosen
+    engine's stream gives it (the router reports no outcome)."""
+    block_sizes = {engine: stream.block_size for engine, stream in engines.items()}
+    try:
+        named = dynamo_router.read_claims(Path(claims)) if claims is not None else {}
+        for line, decision in dynamo_router.read_decisions(Path(router), block_sizes, named):
+            for event in (decision, _derived_report(state, decision)):
+                found = routing.route_step(state, event, line)
+                if isinstance(found, Violation):
+                    return _Judgement(Outcome.rejected, router, counterexample=_counterexample(found))
+    except TraceInputError as error:
+        undecided = error.finding.error_class is ErrorClass.undecidable
+        return _Judgement(
+            Outcome.inconclusive if undecided else Outcome.invalid, router, finding=error.finding
+        )
+    except OSError as error:
+        return _Judgement(Outcome.invalid, router, finding=_parse(f"cannot read: {error}"))
+    return _concluded(state, router)
+
+
+def _derived_report(state: routing.FleetState, decision: RouteDecided) -> RouteReuseReported:
+    request, claim, engine = decision.request_id, decision.claim_id, decision.chosen_engine
+    return RouteReuseReported(
+        seq=decision.seq,
+        request_id=request,
+        claim_id=claim,
+        engine=engine,
+        delivered_blocks=routing.reuse_of(state, engine, request, claim).cached_blocks,
+        outcome=routing.observed_outcome(state, request, claim, engine, decision.predicted_hit_blocks),
+    )
+
+
+def _parse(message: str) -> Finding:
+    return Finding(ErrorClass.parse, message)
+
+
+def _concluded(state: routing.FleetState, router: str) -> _Judgement:
+    """The end of the router's decisions: owed reports, undecided routes, nothing routed."""
     found = routing.finish(state)
     if found is not None:
         return _Judgement(Outcome.rejected, router, counterexample=_counterexample(found))
@@ -261,7 +356,7 @@ def _lines(path: Path) -> Iterator[tuple[int, Any]]:
             decode_json(content, number, terminated)
             document = exact_document(content, number)
             if number == 1:
-                _validated(TraceHeader, document, number)
+                validated_document(TraceHeader, document, number)
                 continue
             yield number, document
 
@@ -279,7 +374,7 @@ def _engine_events(path: Path) -> Iterator[tuple[int, BaseModel]]:
         last = seq
         name = document.get("event")
         if name in routing.ACCEPTANCE_EVENTS or "request_id" in document:
-            yield number, _validated(EVENT_MODELS[name], document, number)
+            yield number, validated_document(EVENT_MODELS[name], document, number)
 
 
 def _router_events(path: Path) -> Iterator[tuple[int, Any]]:
@@ -295,20 +390,11 @@ def _router_events(path: Path) -> Iterator[tuple[int, Any]]:
         unknown = sorted(set(document) - set(model.model_fields))
         if unknown:
             raise parse_error(f"field {unknown[0]!r} is not a field of {name}", number, unknown[0])
-        event = _validated(model, document, number)
+        event = validated_document(model, document, number)
         if event.seq <= last:  # type: ignore[attr-defined]
             raise ordering_error(event.seq, last, number)  # type: ignore[attr-defined]
         last = event.seq  # type: ignore[attr-defined]
         yield number, event
-
-
-def _validated(model: type[BaseModel], document: Any, line: int) -> Any:
-    try:
-        return model.model_validate(document)
-    except ValidationError as error:
-        problem = error.errors()[0]
-        where = ".".join(str(p) for p in problem["loc"]) or None
-        raise parse_error(f"{model.__name__}: {problem['msg']}", line, where) from None
 
 
 ROUTER_ORDERING = (

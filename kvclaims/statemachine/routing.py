@@ -216,7 +216,8 @@ def _reported(state: FleetState, event: Any, at: int) -> FleetState | Violation:
             )
         )
         return state
-    reuse = view.reuses.get((request_id, claim_id), Reuse(0, False))
+    reuse = reuse_of(state, engine, request_id, claim_id)
+    expected_outcome = observed_outcome(state, request_id, claim_id, engine, decision.predicted_hit_blocks)
     if event.delivered_blocks != reuse.cached_blocks:
         return _violation(
             R.route_attribution,
@@ -229,12 +230,6 @@ def _reported(state: FleetState, event: Any, at: int) -> FleetState | Violation:
             at,
             event.event,
         )
-    delivered = (
-        holder == engine
-        and reuse.predicate_satisfied
-        and reuse.cached_blocks >= decision.predicted_hit_blocks
-    )
-    expected_outcome = RouteOutcome.delivered if delivered else RouteOutcome.missed
     if event.outcome != expected_outcome:
         return _violation(
             R.route_miss_reported,
@@ -251,6 +246,26 @@ def _reported(state: FleetState, event: Any, at: int) -> FleetState | Violation:
         )
     state.outcomes[expected_outcome] += 1
     return state
+
+
+def reuse_of(state: FleetState, engine: str, request_id: str, claim_id: str) -> Reuse:
+    """What `engine`'s stream attributes to `claim_id` for `request_id` (no blocks if nothing)."""
+    view = state.engines.get(engine)
+    return view.reuses.get((request_id, claim_id), Reuse(0, False)) if view else Reuse(0, False)
+
+
+def observed_outcome(
+    state: FleetState, request_id: str, claim_id: str, engine: str, predicted_hit_blocks: int
+) -> RouteOutcome:
+    """What the engines' streams say a routed reuse came to: `delivered` exactly when `engine`
+    holds the claim and its stream shows a satisfied reuse of at least the predicted blocks."""
+    reuse = reuse_of(state, engine, request_id, claim_id)
+    delivered = (
+        state.holder.get(claim_id) == engine
+        and reuse.predicate_satisfied
+        and reuse.cached_blocks >= predicted_hit_blocks
+    )
+    return RouteOutcome.delivered if delivered else RouteOutcome.missed
 
 
 def finish(state: FleetState) -> Violation | None:
