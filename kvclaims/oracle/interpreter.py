@@ -16,9 +16,10 @@ C1  Pool reservation (issue 12 class 1, seed 001 s. 3.4). A claim *reserves* the
     it holds while it is preserving and in `accepted` or `materialized` (an offloaded or
     restoring claim's blocks are in another tier; seed 001's protected term is the materialized
     60 blocks, not a promise). Blocks are counted once however many claims share them. At every
-    `active_request_admitted`, the blocks of the reserving claims that held their predicate (the
-    protected ones: blocks stored toward a predicate not yet shown are ordinary cache, evictable
-    with no harm owed) + the request's live blocks - `claim_shared_blocks` (its live blocks
+    `active_request_admitted`, the blocks of the leading positions the predicates need, of the
+    reserving claims that held their predicate (the protected ones: blocks stored toward a
+    predicate not yet shown, or past it, are ordinary cache, evictable with no harm owed) + the
+    request's live blocks - `claim_shared_blocks` (its live blocks
     those claims hold) must be <= usable_blocks; `claim_shared_blocks` may not exceed the live
     or the protected blocks. Absent, it is read as the most sharing possible (min of the two),
     so each side fits alone. Live blocks are never summed across requests: requests share
@@ -533,18 +534,21 @@ class Oracle:
         return [c for c in self.claims.values() if c.mode in PRESERVING and c.phase in RESERVING]
 
     @staticmethod
-    def _held(claims: list[Claim]) -> int:
+    def _held(claims: list[Claim], predicate_only: bool = False) -> int:
         """C1: distinct device blocks the claims hold (a block shared by two claims once; an
-        assumed position, in a block the trace never named, as its own block)."""
+        assumed position, in a block the trace never named, as its own block); with
+        `predicate_only`, only the blocks of the leading positions their predicates need (what
+        victim exclusion protects: a block past the predicate may be evicted without harm)."""
         block_ids: set[int] = set()
         assumed = 0
         for claim in claims:
-            for held in claim.positions.values():
-                block_ids.update(held)
-            hidden = sum(1 for p in claim.gone if p < claim.assumed) + sum(
-                1 for p in claim.positions if p < claim.assumed
-            )
-            assumed += claim.assumed - hidden
+            upto = claim.required if predicate_only and claim.required is not None else claim.footprint
+            for position, held in claim.positions.items():
+                if position < upto:
+                    block_ids.update(held)
+            top = min(claim.assumed, upto)
+            hidden = sum(1 for p in claim.gone if p < top) + sum(1 for p in claim.positions if p < top)
+            assumed += top - hidden
         return len(block_ids) + assumed
 
     def _end_responsibility(self, claim: Claim, phase: str) -> None:
@@ -895,7 +899,7 @@ class Oracle:
         if request is None:
             request = self.requests[request_id] = Request("admitted")
         request.phase = "admitted"
-        reserved = self._held([c for c in self._reserving() if c.held])  # C1: protected blocks
+        reserved = self._held([c for c in self._reserving() if c.held], predicate_only=True)  # C1
         live = event["active_live_blocks"]
         shared = event.get("claim_shared_blocks")
         if shared is not None and (shared > live or shared > reserved):

@@ -111,11 +111,13 @@ What the fields mean to the model (the rules are in [DESIGN.md, Refinement](DESI
   passed is rejected, and one the trace gives no clock for makes the verdict inconclusive.
 - **Admissions.** `active_live_blocks` may include blocks a claim holds (a cached claim prefix
   the request reuses), and requests may share blocks with each other, so live blocks are never
-  summed across requests. With `claim_shared_blocks` (how many of its live blocks are held by
-  materialized preserving claims) the admission must fit beside every claim-held block, each
-  counted once: claim-held + `active_live_blocks` - `claim_shared_blocks` <= usable, and
-  `claim_shared_blocks` is at most the live and at most the claim-held blocks (seed 001 3.4).
-  Without it the sharing is unknown: the claim-held blocks and the request each fit alone.
+  summed across requests. The protected blocks are those holding the leading positions the
+  predicates of materialized preserving claims need (each block once; a block past a predicate
+  may be evicted without harm). With `claim_shared_blocks` (how many of its live blocks are
+  protected blocks) the admission must fit beside them: protected + `active_live_blocks` -
+  `claim_shared_blocks` <= usable, and `claim_shared_blocks` is at most the live and at most
+  the protected blocks (seed 001 3.4). Without it the sharing is unknown: the protected blocks
+  and the request each fit alone.
 - **Blocks.** A block is its `block_id` *and* its `block_hash`, whether or not a claim holds it:
   other content stored into a block id is a loss for every claim holding it, a removal must name
   the content the block holds, and a removal affects every claim holding the block whichever

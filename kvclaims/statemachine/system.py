@@ -998,10 +998,12 @@ class SystemState:
 
     def _check_admission_fits(self, request_id: str, live: int, shared: int) -> None:
         """Seed 001 3.4 at an admission that says how many of its live blocks are claim-held
-        (`claim_shared_blocks`): the blocks materialized preserving claims hold, each once, plus
-        the request's other live blocks fit in the usable pool."""
+        (`claim_shared_blocks`): the protected blocks (of the leading positions the predicates
+        of materialized preserving claims need, each block once) plus the request's other live
+        blocks fit in the usable pool."""
         held = self._blocks_held_by(
-            [c for c in self.claims.values() if c.profile.preserving and c.phase in _PROTECTING]
+            [c for c in self.claims.values() if c.profile.preserving and c.phase in _PROTECTING],
+            predicate_only=True,
         )
         usable = self.usable_blocks
         if shared > live or shared > held:
@@ -1223,17 +1225,27 @@ class SystemState:
                     claim_id,
                 )
 
-    def _blocks_held_by(self, claims: list[ClaimRecord]) -> int:
+    def _blocks_held_by(self, claims: list[ClaimRecord], predicate_only: bool = False) -> int:
         """Distinct device blocks the claims hold: each tracked block once, however many of
-        them share it, plus the positions assumed from their materialized reports."""
-        chosen = set(claims)
-        keys = {key for key, owner in self.block_owner.items() if owner in chosen}
+        them share it, plus the positions assumed from their materialized reports. With
+        `predicate_only`, only the blocks of the leading positions their predicates need (what
+        victim exclusion protects: a block past the predicate may be evicted without harm)."""
+        upto = {
+            claim: claim.required if predicate_only and claim.required is not None else claim.footprint
+            for claim in claims
+        }
+        positions = self.block_position
+        keys = {
+            key for key, owner in self.block_owner.items() if owner in upto and positions[key] < upto[owner]
+        }
         keys.update(
-            key for key, holders in self.shared_owners.items() if any(c in chosen for c, _ in holders)
+            key
+            for key, holders in self.shared_owners.items()
+            if any(c in upto and p < upto[c] for c, p in holders)
         )
         assumed = sum(
-            claim.reported_leading if claim.present is None else claim.present.count(ASSUMED)
-            for claim in claims
+            min(claim.reported_leading, top) if claim.present is None else claim.present[:top].count(ASSUMED)
+            for claim, top in upto.items()
         )
         return len(keys) + assumed
 

@@ -94,6 +94,14 @@ TRACKED_OFFLOADED_C2 = [
     ("resident_claim_restore_required", {"claim_id": "c2", "request_id": "r1"}),
 ]
 
+TWO_BLOCKING_CLAIMS = [
+    accepted(HARD1),
+    accepted(OFF2),
+    stored(0, "h0", "c1", 0),
+    stored(1, "h1", "c1", 1),
+    stored(2, "h2", "c2", 0),
+]
+
 # name -> (violating trace, conforming twin)
 TWINS: dict[str, tuple[list[Event], list[Event]]] = {
     # Seed 001 3.4 (class 1): claim-held + the request's other live blocks fit in the pool. The
@@ -102,6 +110,12 @@ TWINS: dict[str, tuple[list[Event], list[Event]]] = {
     "admission-overcommits-the-pool": (
         [accepted(HARD1), materialized("c1", 2), admitted(3, shared=0)],
         [accepted(HARD1), materialized("c1", 2), admitted(3, shared=1)],
+    ),
+    # Only the blocks of the leading positions a predicate needs are protected: c2 needs 1 of
+    # its 2 stored blocks, c1 both (1 + 3 fits in 4, 2 + 3 does not).
+    "admission-counts-only-the-predicates-blocks": (
+        [accepted(HARD1), stored(0, "h0", "c1", 0), stored(1, "h1", "c1", 1), admitted(3, shared=0)],
+        [accepted(OFF2), stored(0, "h0", "c2", 0), stored(1, "h1", "c2", 1), admitted(3, shared=0)],
     ),
     # A request cannot share more claim-held blocks than the claims hold (2).
     "admission-shares-more-than-the-claims-hold": (
@@ -203,22 +217,8 @@ TWINS: dict[str, tuple[list[Event], list[Event]]] = {
     # Class 1: the protected term holds every block of the blocking claims, each once (the
     # checker compared each claim alone). c1 holds 2 blocks, c2 holds 1 more: 3 > 2.
     "protected-term-leaves-out-blocks-of-several-blocking-claims": (
-        [
-            accepted(HARD1),
-            accepted(OFF2),
-            stored(0, "h0", "c1", 0),
-            stored(1, "h1", "c1", 1),
-            stored(2, "h2", "c2", 0),
-            refused(["c1", "c2"], 2, 3),
-        ],
-        [
-            accepted(HARD1),
-            accepted(OFF2),
-            stored(0, "h0", "c1", 0),
-            stored(1, "h1", "c1", 1),
-            stored(2, "h2", "c2", 0),
-            refused(["c1", "c2"], 3, 2),
-        ],
+        [*TWO_BLOCKING_CLAIMS, refused(["c1", "c2"], 2, 3)],
+        [*TWO_BLOCKING_CLAIMS, refused(["c1", "c2"], 3, 2)],
     ),
 }
 
