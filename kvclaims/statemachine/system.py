@@ -1140,6 +1140,8 @@ class SystemState:
         full: list[ClaimRecord] = []
         for claim_id in blocking:
             claim = self._known(claim_id) or ClaimRecord(claim_id)
+            if claim.unconfirmed is not None:
+                self._unconfirmed(claim)  # a report its blocks never showed cannot cause a conflict
             result = claim.table[claim.phase][Event.block]
             if type(result) is lifecycle.Violation:
                 raise self._lifecycle_violation(

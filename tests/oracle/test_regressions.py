@@ -173,6 +173,25 @@ TWINS: dict[str, tuple[list[Event], list[Event]]] = {
         [accepted(OFF2), removed(0, "h0", "c2", 0), materialized("c2", 1)],
         [accepted(OFF2), stored(2, "h2", "c2", 0), materialized("c2", 1)],
     ),
+    # Class 7 (choice C5): a materialized report its blocks have not confirmed must be confirmed
+    # before any event names the claim, a conflict blaming it included (the checker waited for
+    # the claim's next lifecycle step; found by the 100k mutation run: a changed leading_blocks).
+    "an-unconfirmed-report-cannot-block-a-request": (
+        [
+            accepted(OFF2),
+            stored(2, "h2", "c2", 0),
+            materialized("c2", 2),
+            refused(["c2"], 2, 3),
+            stored(3, "h3", "c2", 1),
+        ],
+        [
+            accepted(OFF2),
+            stored(2, "h2", "c2", 0),
+            materialized("c2", 2),
+            stored(3, "h3", "c2", 1),
+            refused(["c2"], 2, 3),
+        ],
+    ),
     # Classes 4 and 7: a demotion removes no block, so the reported prefix is still on the
     # device at the first block event after it (the checker assumed it only while materialized).
     "lost-after-demotion-keeps-the-reported-prefix": (
