@@ -106,6 +106,7 @@ CORE_MENU: tuple[tuple[str, dict[str, Any]], ...] = (
     ("resident_claim_restoration_failed", {"claim_id": "c2", "request_id": "r1", "outcome": "refusal"}),
     ("active_request_admitted", {"request_id": "r1", "active_live_blocks": 1}),
     ("active_request_admitted", {"request_id": "r2", "active_live_blocks": 3}),
+    ("active_request_admitted", {"request_id": "r2", "active_live_blocks": 3, "claim_shared_blocks": 1}),
     (
         "active_request_deferred",
         {"request_id": "r1", "reason": "restoration_failed", "blocking_claim_ids": ["c2"]},
@@ -150,6 +151,7 @@ FULL_MENU: tuple[tuple[str, dict[str, Any]], ...] = (
     ("resident_claim_harmed", {"claim_id": "c2", "leading_blocks": 0, "required_blocks": 1}),
     ("resident_claim_restore_required", {"claim_id": "c1", "request_id": "r1"}),
     ("resident_claim_restored", {"claim_id": "c1", "request_id": "r1"}),
+    ("resident_claim_restored", {"claim_id": "c2", "request_id": "r1", "restored_blocks": 1}),
     ("resident_claim_restoration_failed", {"claim_id": "c2", "request_id": "r1", "outcome": "demotion"}),
     (
         "resident_claim_checkpoint_restored",

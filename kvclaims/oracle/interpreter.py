@@ -16,11 +16,14 @@ C1  Pool reservation (issue 12 class 1, seed 001 s. 3.4). A claim *reserves* the
     it holds while it is preserving and in `accepted` or `materialized` (an offloaded or
     restoring claim's blocks are in another tier; seed 001's protected term is the materialized
     60 blocks, not a promise). Blocks are counted once however many claims share them. At every
-    `active_request_admitted`, the blocks of the reserving claims that held their predicate (the
-    protected ones: blocks stored toward a predicate not yet shown are ordinary cache, evictable
-    with no harm owed) + the live blocks of every admitted, unfinished request must be
-    <= usable_blocks. A request's live blocks count from its admission until
-    `request_finished` (a refusal or deferral does not free them; a re-admission replaces them).
+    `active_request_admitted`, the blocks of the leading positions the predicates need, of the
+    reserving claims that held their predicate (the protected ones: blocks stored toward a
+    predicate not yet shown, or past it, are ordinary cache, evictable with no harm owed) + the
+    request's live blocks - `claim_shared_blocks` (its live blocks
+    those claims hold) must be <= usable_blocks; `claim_shared_blocks` may not exceed the live
+    or the protected blocks. Absent, it is read as the most sharing possible (min of the two),
+    so each side fits alone. Live blocks are never summed across requests: requests share
+    prefix blocks (vLLM), and trace v1 does not say which.
 C2  Capacity proofs are checked against that state: every blocking claim reserves now; the
     device blocks the blocking claims hold <= protected_resident_blocks <= the footprints of all
     reserving claims (a runtime may reserve a footprint at acceptance, seed 001 table 5
@@ -37,9 +40,12 @@ C3  Time (class 2): the step clock is the optional integer `engine_step` field o
 C4  Block identity (class 3): a device block is (block_id, block_hash). Storing a different hash
     into a held id, and removing a block id, takes that position from *every* claim that held it.
     A removal whose hash differs from the stored one, or that names a (claim, position) the block
-    was not stored for, is an identity violation. Blocks in a tier other than gpu/device are
-    ignored. A block event naming a claim that was never submitted is post-hoc naming (identity);
-    one naming a submitted or rejected claim is not tracked (no responsibility).
+    was not stored for, is an identity violation; so is a removal of a block never stored that
+    names a (claim, position) another block holds. A position may be held by several blocks (vLLM
+    caches duplicates) and stays while any of them does. Blocks in a tier other than gpu/device
+    are ignored. A block event naming a claim that was never submitted is post-hoc naming
+    (identity); one naming a submitted, rejected, released or harmed claim is not tracked (no
+    responsibility: a retired claim's blocks are ordinary cache).
 C5  Harm from blocks (class 4): a preserving claim *held* its predicate once a `materialized`
     report or its own blocks showed it while responsible; a later fall below it owes
     `resident_claim_harmed` before any other event naming the claim (block events excepted) and
@@ -49,8 +55,11 @@ C5  Harm from blocks (class 4): a preserving claim *held* its predicate once a `
     show must be confirmed by its blocks before any other event names the claim and before the
     end (the seed's own BlockPool traces report materialization just before the last block's
     store; an immediate rule rejected them).
-C6  Restores (class 5): a one-key `restored` of a claim whose blocks are tracked needs those
-    blocks to show the predicate again. A two-key claim is restored only when both keys arrived
+C6  Restores (class 5): `restored_blocks` puts that many leading blocks back on the device. A
+    restore of a claim whose blocks are tracked that they do not show owes the confirmation a
+    materialized report owes (C5); an untracked claim's prefix leaves the device at offload, so
+    the first satisfied reuse by the restoring request needs `restored_blocks` to reach the
+    predicate. A two-key claim is restored only when both keys arrived
     (a `restored` for the KV side and a `checkpoint_restored` whose boundary and value_hash equal
     the materialization checkpoint), in either order; a mismatching checkpoint owes a
     restoration failure (before the end and before anything else names the claim).
@@ -64,9 +73,9 @@ C7  Terms (class 6): trace v1 has no `conditionally_accepted` event, so accepted
 C8  Lost/harmed agree with blocks (class 7): `harmed` needs leading < required == the claim's
     required; `lost` needs leading < required (also after release); when the claim's blocks are
     tracked the reported leading_blocks must equal what they show, and a harm report while they
-    still show the predicate is a violation. `lost` of a responsible preserving claim is silent
-    harm. Harm of a claim that never held is a lifecycle violation. A satisfied reuse of a
-    responsible claim whose tracked blocks no longer show its predicate is a lifecycle
+    still show the predicate is a violation (not after release: C4). `lost` of a responsible
+    preserving claim is silent harm. Harm of a claim that never held is a lifecycle violation.
+    A satisfied reuse of a responsible claim whose tracked blocks no longer show its predicate is a lifecycle
     violation (after release it is ordinary cache behaviour, DESIGN appendix).
 C9  Offload (class 10, seed 001 table 3, seed 000 s. 3): legal for offloadable and hard_protected
     claims whose predicate held; not for other modes.
@@ -77,8 +86,9 @@ C10 Restoration-failure deferral (class 11): a `restoration_failed` with outcome
 C11 Pending restores (class 12): demotion, expiry, release or harm of a claim cancels its pending
     restores, so the waiting request may finish.
 C12 Requests (class 14): `request_finished` of a request never seen (a client abort before it
-    reached the pool) is accepted and retires the id; a reuse needs an absent or admitted request
-    (a deferred request is admitted before it is served from cache); a capacity refusal comes
+    reached the pool) is accepted and retires the id; a reuse needs an absent, admitted or
+    deferred request (a deferred request served from the cache is thereby admitted, as vLLM
+    schedules a waiting request with a prefix hit); a capacity refusal comes
     from an absent or deferred request; an admitted request is deferred first.
 C13 Blocking claims of a capacity conflict must be preserving and reserve now (not offloaded,
     restoring, settled or owing harm); rule 4's "accepted, unreleased" read strictly.
@@ -163,6 +173,7 @@ PROOF = (
 RESPONSIBLE = frozenset({"accepted", "materialized", "offloaded", "restoring"})
 SETTLED = frozenset({"demoted", "expired", "released"})
 RESERVING = frozenset({"accepted", "materialized"})  # choice C1
+RETIRED = frozenset({"released", "harmed"})  # no block is tracked for the claim any more (C4)
 
 
 @dataclass
@@ -177,7 +188,7 @@ class Claim:
     duration: int | None = None
     accepted_step: int | None = None
     checkpoint: tuple[int, str] | None = None  # (boundary, value_hash) recorded at materialization
-    positions: dict[int, int] = field(default_factory=dict)  # position -> block id, as stored
+    positions: dict[int, set[int]] = field(default_factory=dict)  # position -> the blocks holding it (C4)
     assumed: int = 0  # C5: leading blocks reported materialized in blocks the trace never named
     gone: set[int] = field(default_factory=set)  # assumed positions removed since
     tracked: bool = False  # block events with this claim's id and a position were seen
@@ -188,6 +199,9 @@ class Claim:
     kv_back: bool = False  # two-key: the KV side of a restore arrived
     value_back: bool = False  # two-key: the matching checkpoint arrived
     pending: set[str] = field(default_factory=set)  # requests with a restore_required outstanding
+    restored_for: set[str] = field(
+        default_factory=set
+    )  # C6: requests whose first satisfied reuse checks the restore
     in_place: bool = False  # C6: restoring a materialized two-key claim's checkpoint in place
 
     def on_device(self) -> bool:
@@ -214,7 +228,13 @@ class Claim:
         return self.required is not None and self.leading() >= self.required
 
     def copy(self) -> Claim:
-        return replace(self, positions=dict(self.positions), gone=set(self.gone), pending=set(self.pending))
+        return replace(
+            self,
+            positions={p: set(b) for p, b in self.positions.items()},
+            gone=set(self.gone),
+            pending=set(self.pending),
+            restored_for=set(self.restored_for),
+        )
 
     def key(self) -> tuple[Any, ...]:
         """Everything that decides the future of the trace (mode, footprint and duration are
@@ -226,30 +246,29 @@ class Claim:
             self.required,
             self.accepted_step,
             self.checkpoint,
-            tuple(sorted(self.positions.items())),
+            tuple(sorted((p, tuple(sorted(b))) for p, b in self.positions.items())),
             self.assumed,
             tuple(sorted(self.gone)),
             (self.tracked, self.held, self.unconfirmed, self.owes_harm, self.mismatch),
             (self.kv_back, self.value_back, self.in_place),
             tuple(sorted(self.pending)),
+            tuple(sorted(self.restored_for)),
         )
 
 
 @dataclass
 class Request:
     phase: str  # admitted deferred refused finished
-    live: int = 0  # blocks held live since its admission (C1)
     owes_refusal: str | None = None  # claim whose failed restoration owes a fail-closed outcome
     failed: set[str] = field(default_factory=set)  # claims whose restoration failed for it
     discharged: set[str] = field(default_factory=set)  # failures already answered by refusal/deferral
 
     def copy(self) -> Request:
-        return Request(self.phase, self.live, self.owes_refusal, set(self.failed), set(self.discharged))
+        return Request(self.phase, self.owes_refusal, set(self.failed), set(self.discharged))
 
     def key(self) -> tuple[Any, ...]:
         return (
             self.phase,
-            self.live,
             self.owes_refusal,
             tuple(sorted(self.failed)),
             tuple(sorted(self.discharged)),
@@ -312,7 +331,7 @@ SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
     "resident_claim_lost": {**_CLAIM, "leading_blocks": (_PREFIX, True)},
     "resident_claim_offloaded": {**_CLAIM, "tier": (_ID, True)},
     "resident_claim_restore_required": {**_CLAIM, "request_id": (_ID, True)},
-    "resident_claim_restored": {**_CLAIM, "request_id": (_ID, True)},
+    "resident_claim_restored": {**_CLAIM, "request_id": (_ID, True), "restored_blocks": (_PREFIX, False)},
     "resident_claim_restoration_failed": {**_CLAIM, "request_id": (_ID, True), "outcome": ("outcome", True)},
     "resident_claim_checkpoint_restored": {
         **_CLAIM,
@@ -320,7 +339,11 @@ SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
         "payload_hash": (_ID, True),
         "value_hash": (_ID, True),
     },
-    "active_request_admitted": {"request_id": (_ID, True), "active_live_blocks": (_NAT, True)},
+    "active_request_admitted": {
+        "request_id": (_ID, True),
+        "active_live_blocks": (_NAT, True),
+        "claim_shared_blocks": (_NAT, False),
+    },
     "active_request_deferred": _CONFLICT,
     "active_request_refused": _CONFLICT,
     "request_reused": {
@@ -539,21 +562,22 @@ class Oracle:
         return [c for c in self.claims.values() if c.mode in PRESERVING and c.on_device()]
 
     @staticmethod
-    def _held(claims: list[Claim]) -> int:
+    def _held(claims: list[Claim], predicate_only: bool = False) -> int:
         """C1: distinct device blocks the claims hold (a block shared by two claims once; an
-        assumed position, in a block the trace never named, as its own block)."""
+        assumed position, in a block the trace never named, as its own block); with
+        `predicate_only`, only the blocks of the leading positions their predicates need (what
+        victim exclusion protects: a block past the predicate may be evicted without harm)."""
         block_ids: set[int] = set()
         assumed = 0
         for claim in claims:
-            block_ids.update(claim.positions.values())
-            hidden = sum(1 for p in claim.gone if p < claim.assumed) + sum(
-                1 for p in claim.positions if p < claim.assumed
-            )
-            assumed += claim.assumed - hidden
+            upto = claim.required if predicate_only and claim.required is not None else claim.footprint
+            for position, held in claim.positions.items():
+                if position < upto:
+                    block_ids.update(held)
+            top = min(claim.assumed, upto)
+            hidden = sum(1 for p in claim.gone if p < top) + sum(1 for p in claim.positions if p < top)
+            assumed += top - hidden
         return len(block_ids) + assumed
-
-    def _live(self) -> int:
-        return sum(r.live for r in self.requests.values() if r.phase != "finished")
 
     def _end_responsibility(self, claim: Claim, phase: str) -> None:
         """Demotion, expiry, release, harm: later loss is not harm; pending restores are
@@ -576,9 +600,11 @@ class Oracle:
 
     def _take_position(self, claim_id: str, position: int, block_id: int) -> None:
         claim = self.claims.get(claim_id)
-        if claim is None or claim.positions.get(position) != block_id:
+        if claim is None or block_id not in claim.positions.get(position, ()):
             return
-        self._lose_position(claim, position)
+        claim.positions[position].discard(block_id)
+        if not claim.positions[position]:  # C4: a position stays while any block holds it
+            self._lose_position(claim, position)
 
     def _lose_position(self, claim: Claim, position: int) -> None:
         before = claim.holds()
@@ -773,7 +799,7 @@ class Oracle:
         leading = event["leading_blocks"]
         if claim.required is not None and leading >= claim.required:
             raise Violation(LIFECYCLE, "loss reported while its own numbers hold the predicate")
-        if claim.tracked and leading != claim.leading():
+        if claim.tracked and claim.phase not in RETIRED and leading != claim.leading():
             raise Violation(LIFECYCLE, "loss reports another leading_blocks than its blocks show")
         claim.assumed = min(claim.assumed, leading)  # C5: a reported prefix is gone past the loss
         if claim.on_device():
@@ -792,6 +818,8 @@ class Oracle:
                 LIFECYCLE, f"offload of {claim.claim_id} while {claim.phase} (predicate never held)"
             )
         claim.phase = "offloaded"
+        if not claim.tracked:  # C6: its reported prefix left the device; a restore must bring it back
+            claim.assumed = 0
 
     def _resident_claim_restore_required(self, event: dict[str, Any]) -> None:
         claim = self._subject(event)
@@ -814,26 +842,34 @@ class Oracle:
         request_id = event["request_id"]
         if claim.phase != "restoring" or request_id not in claim.pending:
             raise Violation(OFFLOAD_ORDER, f"restored without a pending restore_required for {request_id}")
+        count = event.get("restored_blocks")
+        if count is not None:  # C6: the restored leading blocks are back on the device
+            if count > claim.footprint:
+                raise Violation(OFFLOAD_ORDER, f"{claim.claim_id} restored more blocks than its footprint")
+            claim.assumed = max(claim.assumed, count)
+            claim.gone = {g for g in claim.gone if g >= count}
         if claim.two_key:
             claim.kv_back = True  # C6: the KV key; the value key is the checkpoint
             self._two_key_restored(claim)
             return
-        if claim.tracked and not claim.holds():  # C6, class 5: the blocks must confirm it
-            raise Violation(
-                OFFLOAD_ORDER, f"{claim.claim_id} restored but its blocks do not hold the predicate"
-            )
-        claim.pending.clear()
-        claim.phase = "materialized"
-        claim.held = True
+        self._back(claim)
 
     def _two_key_restored(self, claim: Claim) -> None:
         if claim.kv_back and claim.value_back:
-            if claim.tracked and not claim.holds():
-                raise Violation(OFFLOAD_ORDER, f"{claim.claim_id} restored but its blocks do not hold it")
-            claim.pending.clear()
             claim.kv_back = claim.value_back = claim.in_place = False
-            claim.phase = "materialized"
-            claim.held = True
+            self._back(claim)
+
+    @staticmethod
+    def _back(claim: Claim) -> None:
+        """C6, class 5: the claim is resident again. Its tracked blocks must show the predicate
+        before anything else names it and before the end; an untracked claim's restore counts
+        for its request's satisfied reuse only if `restored_blocks` reached the predicate."""
+        if claim.required is not None and claim.tracked and not claim.holds():
+            claim.unconfirmed = claim.required
+        claim.restored_for |= claim.pending
+        claim.pending.clear()
+        claim.phase = "materialized"
+        claim.held = True
 
     def _resident_claim_checkpoint_restored(self, event: dict[str, Any]) -> None:
         claim = self._subject(event)
@@ -884,8 +920,9 @@ class Oracle:
             request = self.requests[request_id] = Request("admitted")
         elif request.phase == "finished":
             raise Violation(IDENTITY, f"{request_id} already finished")
-        elif request.phase != "admitted":
+        elif request.phase not in ("admitted", "deferred"):  # C12: deferred, then served from cache
             raise Violation(LIFECYCLE, f"{request_id} reuses a claim while {request.phase}")
+        request.phase = "admitted"
         return request
 
     def _active_request_admitted(self, event: dict[str, Any]) -> None:
@@ -898,14 +935,21 @@ class Oracle:
         if request is None:
             request = self.requests[request_id] = Request("admitted")
         request.phase = "admitted"
-        request.live = event["active_live_blocks"]
-        reserved = self._held([c for c in self._reserving() if c.held])  # C1: protected blocks
+        reserved = self._held([c for c in self._reserving() if c.held], predicate_only=True)  # C1
+        live = event["active_live_blocks"]
+        shared = event.get("claim_shared_blocks")
+        if shared is not None and (shared > live or shared > reserved):
+            raise Violation(
+                CAPACITY, f"claim_shared_blocks {shared} exceeds the live or the claim-held blocks"
+            )
+        if shared is None:
+            shared = min(live, reserved)  # C1: unknown sharing, read as the most possible
         if self.pool is None:
             if reserved:
                 self._undecidable("an admission beside reserved claims in a pool of unknown size")
-        elif reserved + self._live() > self.pool:  # C1, seed 001 s. 3.4
+        elif reserved + live - shared > self.pool:  # C1, seed 001 s. 3.4
             raise Violation(
-                CAPACITY, f"pool overcommitted: {reserved} reserved + {self._live()} live > {self.pool}"
+                CAPACITY, f"pool overcommitted: {reserved} reserved + {live - shared} live > {self.pool}"
             )
 
     def _active_request_deferred(self, event: dict[str, Any]) -> None:
@@ -1006,6 +1050,13 @@ class Oracle:
                     raise Violation(
                         TWO_KEY, f"satisfied in-place resume of {claim.claim_id} with another value"
                     )
+            if request_id in claim.restored_for:  # C6: the restore for this request is confirmed
+                claim.restored_for.discard(request_id)
+                if claim.required is not None and not claim.holds():
+                    raise Violation(
+                        OFFLOAD_ORDER,
+                        f"satisfied reuse after a restore of {claim.claim_id} nothing confirmed",
+                    )
         self._reuse_request(request_id)
 
     def _request_finished(self, event: dict[str, Any]) -> None:
@@ -1024,7 +1075,6 @@ class Oracle:
                     OFFLOAD_ORDER, f"{request_id} finished with the restore of {claim.claim_id} pending"
                 )
         request.phase = "finished"
-        request.live = 0
 
     # blocks (classes 3, 4, 7; rule 6)
 
@@ -1041,6 +1091,8 @@ class Oracle:
         position = event.get("position")
         if position is not None and position >= claim.footprint:
             raise Violation(IDENTITY, f"position {position} outside {claim_id}'s footprint")
+        if claim.phase in RETIRED:  # C4: a retired claim's blocks are ordinary cache entries
+            return None
         return claim if position is not None else None
 
     def _block_stored(self, event: dict[str, Any]) -> None:
@@ -1060,10 +1112,7 @@ class Oracle:
         position = event["position"]
         claim.tracked = True
         before = claim.holds()
-        previous = claim.positions.get(position)
-        if previous is not None and previous != block_id and previous in self.blocks:
-            self.blocks[previous].holders.discard((claim.claim_id, position))
-        claim.positions[position] = block_id
+        claim.positions.setdefault(position, set()).add(block_id)
         claim.gone.discard(position)
         block.holders.add((claim.claim_id, position))
         self._after_blocks_changed(claim, before)

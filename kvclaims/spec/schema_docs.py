@@ -113,12 +113,32 @@ What the fields mean to the model (the rules are in [DESIGN.md, Refinement](DESI
   `duration_steps` is judged on `engine_step` and its `duration_ms` on `t_ns`, from acceptance
   (or, with `refresh_on_hit`, from its last satisfied reuse); an expiry before either has
   passed is rejected, and one the trace gives no clock for makes the verdict inconclusive.
-- **Blocks.** A block is its `block_id` *and* its `block_hash`: other content stored into a
-  held block id is a loss for every claim holding it, a removal must name the content the block
-  holds, and a removal affects every claim holding the block whichever claim it names.
-- **Restores.** A satisfied reuse after `resident_claim_restored` needs the restore confirmed:
-  its `restored_blocks`, or the claim's own device-tier block events, reach the predicate; a
-  two-key claim needs its KV blocks restored before its checkpoint.
+- **Admissions.** `active_live_blocks` may include blocks a claim holds (a cached claim prefix
+  the request reuses), and requests may share blocks with each other, so live blocks are never
+  summed across requests. The protected blocks are those holding the leading positions the
+  predicates of materialized preserving claims need (each block once; a block past a predicate
+  may be evicted without harm). With `claim_shared_blocks` (how many of its live blocks are
+  protected blocks) the admission must fit beside them: protected + `active_live_blocks` -
+  `claim_shared_blocks` <= usable, and `claim_shared_blocks` is at most the live and at most
+  the protected blocks (seed 001 3.4). Without it the sharing is unknown: the protected blocks
+  and the request each fit alone.
+- **Blocks.** A block is its `block_id` *and* its `block_hash`, whether or not a claim holds it:
+  other content stored into a block id is a loss for every claim holding it, a removal must name
+  the content the block holds, and a removal affects every claim holding the block whichever
+  claim it names. A removal that names a claim position must name a block stored for that
+  position, or a block the trace never stored (then the position goes, unless another block
+  holds it: that removal cannot be attributed and is rejected). One content may sit in several
+  device blocks (vLLM caches duplicates): a claim position stays present while any block holding
+  it survives. A claim's blocks are followed from its acceptance until it is released or harmed;
+  after that they are ordinary cache entries, and a post-release `resident_claim_lost` is judged
+  by its own numbers (leading_blocks below the predicate). A claim that reported materialization
+  before any block event named it holds the reported prefix at its first block event, whatever
+  its phase then (a demotion removes no block).
+- **Restores.** A restore of a claim whose blocks are followed must be confirmed by them (or by
+  its `restored_blocks`, which puts that many leading blocks back) before any other event names
+  the claim and before the end, as an unconfirmed materialized report must; a satisfied reuse
+  after the restore of a claim without block events needs `restored_blocks` to reach the
+  predicate. A two-key claim needs its KV blocks restored before its checkpoint.
 - **Terms.** `resident_claim_accepted` after a submission repeats the submitted terms exactly;
   changed terms are `resident_claim_conditionally_accepted`.
 """,

@@ -284,6 +284,17 @@ class ActiveRequestAdmitted(_Event):
     event: Literal["active_request_admitted"] = "active_request_admitted"
     request_id: Identifier = Field(description="The admitted request.")
     active_live_blocks: NonNegativeInt = Field(description="KV blocks the request holds live.")
+    claim_shared_blocks: NonNegativeInt | None = Field(
+        None,
+        description="How many of `active_live_blocks` are protected claim blocks: device "
+        "blocks holding the leading positions the predicates of materialized preserving claims "
+        "need (a cached claim prefix the request reuses), so counted once. Given, the "
+        "admission must fit beside every protected block: claim-held + "
+        "active_live_blocks - claim_shared_blocks <= usable_blocks (seed 001 3.4), with "
+        "claim_shared_blocks <= active_live_blocks and <= the claim-held blocks. Absent, the "
+        "sharing is unknown and the sum is judged by the capacity proofs: the claim-held blocks "
+        "and the request's live blocks must each fit in the pool.",
+    )
 
 
 CAPACITY_PROOF_FIELDS: tuple[str, ...] = (

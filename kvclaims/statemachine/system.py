@@ -193,6 +193,9 @@ RESIDENT: frozenset[Phase] = RESERVING - {Phase.accepted}
 """Phases in which a preserving claim's footprint occupies the device pool (it materialized):
 what must fit in the usable pool. An accepted claim that has not materialized occupies nothing
 yet, so a runtime may accept claims it will place by offloading others first."""
+_PROTECTING: frozenset[Phase] = frozenset({Phase.materialized, Phase.breached})
+"""Phases in which a preserving claim's blocks are protected device blocks at an admission: it
+showed its predicate (reported or by blocks) and is neither offloaded nor being restored."""
 _SETTLED = ENDED
 _RETIRED = RETIRED | {Phase.rejected}
 """Phases after which the model keeps only a claim's phase and profile (rejected claims too)."""
@@ -203,18 +206,29 @@ _RETIRED_BASE: Mapping[Phase, int] = MappingProxyType(
     {phase: index * len(_PROFILES) for index, phase in enumerate(sorted(_RETIRED))}
 )
 _RETIRED_KINDS = len(_RETIRED_STATES)
+_REQUIRED_SHIFT = 40
 """A retired claim is kept as one integer: its footprint times `_RETIRED_KINDS`, plus its
-phase's base plus its profile's rank (a block event may name it later, within its footprint)."""
+phase's base plus its profile's rank (a block event may name it later, within its footprint),
+plus its required leading blocks + 1 (0: undecidable) shifted past them (a post-release loss is
+judged by it). Footprints are below 2**24 (trace v1), so the low part stays below the shift."""
+_LOW = (1 << _REQUIRED_SHIFT) - 1
 _MAX_WITNESS_CLAIMS = 64
+ASSUMED = 255
+"""`ClaimRecord.present[p]` of a position assumed from a materialized report (no block named it)."""
+_MAX_HOLDERS = ASSUMED - 1
+"""Device blocks that may hold one claim position at once (duplicates of one content)."""
 _NS_PER_MS = 1_000_000
 
 
 class ClaimRecord:
     """One live claim: its terms, phase, clocks and device-tier leading prefix.
 
-    `present[p]` says whether position `p` of its prefix is in the device tier (None until its
-    first claim-scoped block event); `leading` is the count of contiguous leading positions
-    present; `required` the leading blocks its predicate needs (None when undecidable)."""
+    `present[p]` is how many tracked device blocks hold position `p` of its prefix (a position
+    stays present while any block holding it survives: vLLM may cache one content in two
+    blocks), or `ASSUMED` for a position assumed from a materialized report that no block event
+    named; None until its first claim-scoped block event. `leading` is the count of contiguous
+    leading positions present; `required` the leading blocks its predicate needs (None when
+    undecidable)."""
 
     __slots__ = (
         "accepted_at",
@@ -270,7 +284,8 @@ class ClaimRecord:
         self.present: bytearray | None = None
         self.leading = 0
         self.reported_leading = 0
-        self.unconfirmed: tuple[int, int] | None = None
+        self.unconfirmed: tuple[int, int, str] | None = None
+        """(leading blocks, position, event) of a report its tracked blocks have not shown yet."""
         self.pending: dict[str, int] = _NONE
         self.accepted_at = 0
         self.offload_at = 0
@@ -335,6 +350,7 @@ class SystemState:
         self.block_owner: dict[int, ClaimRecord] = {}
         self.block_position: dict[int, int] = {}
         self.block_hash: dict[int, str] = {}
+        """The content of every device block id stored and not yet removed (claimed or not)."""
         self.shared_owners: dict[int, list[tuple[ClaimRecord, int]]] = {}
         self.reserved_blocks = 0
         """Footprints of preserving claims in a `RESERVING` phase."""
@@ -450,8 +466,10 @@ class SystemState:
         if code is None:
             return None
         view = ClaimRecord(claim_id)
-        view.phase, view.profile = _RETIRED_STATES[code % _RETIRED_KINDS]
-        view.footprint = code // _RETIRED_KINDS
+        low = code & _LOW
+        view.phase, view.profile = _RETIRED_STATES[low % _RETIRED_KINDS]
+        view.footprint = low // _RETIRED_KINDS
+        view.required = (code >> _REQUIRED_SHIFT) - 1 if code > _LOW else None
         view.table = LIFECYCLE_TABLES[view.profile]
         view.rank = _RANK[view.profile]
         return view
@@ -488,19 +506,27 @@ class SystemState:
                 self.prefix_positions -= len(claim.present)
             claim.present = None  # its blocks are no longer tracked
             del self.claims[claim.claim_id]
+            required = 0 if claim.required is None else claim.required + 1
             self.retired[claim.claim_id] = (
                 claim.footprint * _RETIRED_KINDS + _RETIRED_BASE[result] + claim.rank  # type: ignore[index]
-            )
+            ) | (required << _REQUIRED_SHIFT)
 
     def _unconfirmed(self, claim: ClaimRecord) -> None:
-        reported, at = claim.unconfirmed  # type: ignore[misc]
+        reported, at, event = claim.unconfirmed  # type: ignore[misc]
         self._claim_fail(
             claim,
-            R.lifecycle,
-            f"resident_claim_materialized (at {at}) reported {reported} leading blocks, but the "
+            R.lifecycle if event == "resident_claim_materialized" else R.offload_order,
+            f"{event} (at {at}) reported {reported} leading blocks on the device, but the "
             f"claim's own block events show only {claim.leading} contiguous leading blocks "
             "(a block counts only if every block before it survives)",
         )
+
+    def _owe_confirmation(self, claim: ClaimRecord, leading: int | None) -> None:
+        """A report of `leading` device blocks (materialized, restored) that the claim's tracked
+        blocks do not show yet: they must show it before the claim's next lifecycle step and
+        before the end (runtimes report just before the last block's store, seed 001)."""
+        if claim.present is not None and leading is not None and claim.leading < leading:
+            claim.unconfirmed = (leading, self._at, self._event)
 
     def _submitted(self, ev: Any) -> None:
         claim = self._claim(ev.claim_id)
@@ -615,8 +641,7 @@ class SystemState:
         if claim.profile.two_key:
             self._record_checkpoint(claim, ev.checkpoint)
         claim.reported_leading = max(claim.reported_leading, ev.leading_blocks)
-        if claim.present is not None and claim.leading < ev.leading_blocks:
-            claim.unconfirmed = (ev.leading_blocks, self._at)
+        self._owe_confirmation(claim, ev.leading_blocks)
         if TraceWitness.claim_materialized not in self._complete:
             self._witness(TraceWitness.claim_materialized, (claim.accepted_at, self._at), claim.claim_id)
 
@@ -698,10 +723,10 @@ class SystemState:
 
     def _lost(self, ev: Any) -> None:
         claim = self._claim(ev.claim_id)
-        responsible = claim.phase in RESPONSIBLE
         self._agree_with_blocks(claim, ev.leading_blocks, "loss")  # demoted or expired too (class 7)
         self._advance(claim, Event.lose)
-        if responsible and claim.required is not None and ev.leading_blocks >= claim.required:
+        claim.reported_leading = min(claim.reported_leading, ev.leading_blocks)
+        if claim.required is not None and ev.leading_blocks >= claim.required:
             self._claim_fail(
                 claim,
                 R.lifecycle,
@@ -831,9 +856,12 @@ class SystemState:
                     f"restored {ev.restored_blocks} blocks, more than its footprint of {claim.footprint}",
                 )
             claim.reported_leading = ev.restored_blocks
+            if claim.present is not None:  # the restored blocks are back, named or not
+                _assume_prefix(claim, ev.restored_blocks)
         if claim.profile.two_key:
             return  # the KV side is back; the pending restoration resolves on the checkpoint
         self._resolve_restore(claim, request_id, "restored")
+        self._owe_confirmation(claim, claim.required)  # class 5: blocks confirm a restore
 
     def _resolve_restore(
         self, claim: ClaimRecord, request_id: str, what: str, *, in_place: bool = False
@@ -892,6 +920,7 @@ class SystemState:
         if match:
             for request_id in list(claim.pending):
                 self._resolve_restore(claim, request_id, "checkpoint_restored", in_place=in_place)
+            self._owe_confirmation(claim, claim.required)
 
     def _confirm_restore(self, claim: ClaimRecord, request_id: str) -> None:
         """A satisfied reuse after a restore counts only if the restore was confirmed: the
@@ -956,6 +985,8 @@ class SystemState:
             self._new_request(request_id, _ADMITTED, ev.active_live_blocks)
         self.admitted_live_blocks += ev.active_live_blocks
         self._check_occupancy(f"admitting request {request_id}", ev.active_live_blocks)
+        if ev.claim_shared_blocks is not None:
+            self._check_admission_fits(request_id, ev.active_live_blocks, ev.claim_shared_blocks)
         if not self._seen_admission:
             self._seen_admission = True
             self._witness(TraceWitness.active_served_without_claim_block, (self._at,))
@@ -986,6 +1017,34 @@ class SystemState:
                 allowed=("a refusal, or a demotion / expiry / release / offload first",),
                 ids=(),
             )
+
+    def _check_admission_fits(self, request_id: str, live: int, shared: int) -> None:
+        """Seed 001 3.4 at an admission that says how many of its live blocks are claim-held
+        (`claim_shared_blocks`): the protected blocks (of the leading positions the predicates
+        of materialized preserving claims need, each block once) plus the request's other live
+        blocks fit in the usable pool."""
+        held = self._blocks_held_by(
+            [c for c in self.claims.values() if c.profile.preserving and c.phase in _PROTECTING],
+            predicate_only=True,
+        )
+        usable = self.usable_blocks
+        if shared > live or shared > held:
+            bound = f"its {live} live blocks" if shared > live else f"the {held} blocks the claims hold"
+            problem = f"says claim_shared_blocks = {shared}, more than {bound}"
+        elif usable is not None and held + live - shared > usable:
+            problem = (
+                f"overcommits the pool: {held} blocks held by materialized preserving claims and "
+                f"{live - shared} further live blocks in {usable} usable blocks"
+            )
+        else:
+            return
+        self._request_fail(
+            R.capacity_state,
+            request_id,
+            f"admitting request {request_id} {problem}",
+            self._request_state(request_id, "admission"),
+            ("a deferral, or a demotion / expiry / release / offload first",),
+        )
 
     def _resident_held(self, joining: ClaimRecord | None) -> int:
         """Distinct device blocks of the materialized preserving claims (and `joining`, which is
@@ -1103,6 +1162,8 @@ class SystemState:
         full: list[ClaimRecord] = []
         for claim_id in blocking:
             claim = self._known(claim_id) or ClaimRecord(claim_id)
+            if claim.unconfirmed is not None:
+                self._unconfirmed(claim)  # a report its blocks never showed cannot cause a conflict
             result = claim.table[claim.phase][Event.block]
             if type(result) is lifecycle.Violation:
                 raise self._lifecycle_violation(
@@ -1149,8 +1210,9 @@ class SystemState:
 
     def _check_protected_term(self, ev: Any, blocking: list[str]) -> None:
         """The protected term is what the responsible preserving claims actually reserve: no
-        more than their footprints together, and at least each blocking claim's footprint
-        (a claim whose blocks are not in the protected term did not cause the conflict)."""
+        more than their footprints together, and at least the device blocks the blocking claims
+        hold, each block once (a claim whose blocks are not in the protected term did not cause
+        the conflict)."""
         protected = ev.protected_resident_blocks
         if protected > self.reserved_blocks:
             self._request_fail(
@@ -1162,19 +1224,20 @@ class SystemState:
                 (f"protected_resident_blocks <= {self.reserved_blocks}",),
                 *blocking,
             )
-        for claim_id in blocking:
-            claim = self.claims[claim_id]
-            holds = _held_blocks(claim)
+        claims = [self.claims[claim_id] for claim_id in blocking]
+        if sum(_holdings_bound(claim) for claim in claims) > protected:
+            holds = self._blocks_held_by(claims)
             if holds > protected:
                 self._request_fail(
                     R.capacity_state,
                     ev.request_id,
-                    f"{claim_id} is blamed, but the {holds} blocks it protects are not inside "
-                    f"protected_resident_blocks = {protected}",
-                    f"claim {claim_id} protects {holds}",
+                    f"the blocking claims {', '.join(blocking)} hold {holds} device blocks, but "
+                    f"protected_resident_blocks = {protected} leaves some of them out",
+                    f"blocking claims hold {holds}",
                     (f"protected_resident_blocks >= {holds}",),
-                    claim_id,
+                    *blocking,
                 )
+        for claim_id, claim in zip(blocking, claims, strict=True):
             if claim.phase not in RESERVING:
                 self._request_fail(
                     R.capacity_state,
@@ -1185,6 +1248,30 @@ class SystemState:
                     ("blocking claims that reserve device blocks",),
                     claim_id,
                 )
+
+    def _blocks_held_by(self, claims: list[ClaimRecord], predicate_only: bool = False) -> int:
+        """Distinct device blocks the claims hold: each tracked block once, however many of
+        them share it, plus the positions assumed from their materialized reports. With
+        `predicate_only`, only the blocks of the leading positions their predicates need (what
+        victim exclusion protects: a block past the predicate may be evicted without harm)."""
+        upto = {
+            claim: claim.required if predicate_only and claim.required is not None else claim.footprint
+            for claim in claims
+        }
+        positions = self.block_position
+        keys = {
+            key for key, owner in self.block_owner.items() if owner in upto and positions[key] < upto[owner]
+        }
+        keys.update(
+            key
+            for key, holders in self.shared_owners.items()
+            if any(c in upto and p < upto[c] for c, p in holders)
+        )
+        assumed = sum(
+            min(claim.reported_leading, top) if claim.present is None else claim.present[:top].count(ASSUMED)
+            for claim, top in upto.items()
+        )
+        return len(keys) + assumed
 
     def _reused(self, ev: Any) -> None:
         claim = self.claims.get(ev.claim_id) or self._claim(ev.claim_id)
@@ -1318,15 +1405,16 @@ class SystemState:
             or ev.cache_level is not None
             or claim.present is None
             or position >= claim.footprint
-            or key in self.block_owner
+            or key in self.block_hash
         ):
             self._block_stored_rarely(ev)
             return
-        self._track(claim, key, position, ev.block_hash)
+        self.block_hash[key] = ev.block_hash
+        self._track(claim, key, position)
 
     def _block_stored_rarely(self, ev: Any) -> None:
         """The paths the hot one leaves out: unclaimed or host-tier blocks, a claim's first
-        block, a block id already held, a retired or undecided claim, and identity errors."""
+        block, a block id already stored, a retired or undecided claim, and identity errors."""
         claim = self._block_claim(ev)
         level = ev.cache_level
         if level is not None and level.lower() not in DEVICE_CACHE_LEVELS:
@@ -1335,34 +1423,54 @@ class SystemState:
         held = self.block_hash.get(key)
         if held is not None and held != ev.block_hash:
             self._lose_owners(key)  # different content in a held block id: a loss for its holders
-        if claim is None or ev.position is None:
+        self.block_hash[key] = ev.block_hash
+        if claim is None or ev.position is None or not self._tracks(claim):
             return
-        if claim.phase in _RETIRED or claim.phase is Phase.submitted:
-            return
-        if claim.present is None:
-            claim.present = self._prefix_map(claim)
-            if claim.reported_leading and claim.phase is Phase.materialized:
-                self._assume_reported_prefix(claim)
-            if TraceWitness.claim_scoped_blocks not in self._complete:
-                self._witness(TraceWitness.claim_scoped_blocks, (claim.accepted_at, self._at), claim.claim_id)
-        self._track(claim, key, ev.position, ev.block_hash)
+        self._start_tracking(claim)
+        self._track(claim, key, ev.position)
 
-    def _track(self, claim: ClaimRecord, key: int, position: int, block_hash: str) -> None:
-        """Block `key`, with content `block_hash`, now holds `position` of `claim`'s prefix
-        (shared with its other holders when they hold the same content)."""
+    @staticmethod
+    def _tracks(claim: ClaimRecord) -> bool:
+        """Whether the model follows the claim's blocks: from its acceptance until it retires
+        (a submitted, rejected, released or harmed claim's blocks are ordinary cache)."""
+        return claim.phase not in _RETIRED and claim.phase is not Phase.submitted
+
+    def _start_tracking(self, claim: ClaimRecord) -> None:
+        """At a claim's first claim-scoped block event: its presence map, holding the prefix
+        it reported materialized (whatever phase it is in now: a demotion does not remove
+        blocks, so neither a later partial store nor a named removal resets that prefix)."""
+        if claim.present is not None:
+            return
+        claim.present = self._prefix_map(claim)
+        if claim.reported_leading:
+            _assume_prefix(claim, claim.reported_leading)
+        if TraceWitness.claim_scoped_blocks not in self._complete:
+            self._witness(TraceWitness.claim_scoped_blocks, (claim.accepted_at, self._at), claim.claim_id)
+
+    def _track(self, claim: ClaimRecord, key: int, position: int) -> None:
+        """Block `key` (its content already recorded) now holds `position` of `claim`'s prefix,
+        beside its other holders."""
         owner = self.block_owner.get(key)
         if owner is None:
             self.block_owner[key] = claim
             self.block_position[key] = position
-            self.block_hash[key] = block_hash
-        elif owner is not claim or self.block_position[key] != position:
+        elif owner is claim and self.block_position[key] == position:
+            return  # the same block stored again: no new holder
+        else:
             shared = self.shared_owners.setdefault(key, [])
-            if (claim, position) not in shared:
-                shared.append((claim, position))
+            if (claim, position) in shared:
+                return
+            shared.append((claim, position))
         present = claim.present
-        present[position] = 1  # type: ignore[index]
-        if position == claim.leading:
-            self._extend_leading(claim)
+        count = present[position]  # type: ignore[index]
+        if count == 0 or count == ASSUMED:
+            present[position] = 1  # type: ignore[index]
+            if count == 0 and position == claim.leading:
+                self._extend_leading(claim)
+        elif count == _MAX_HOLDERS:
+            raise OutOfBudget(f"more than {_MAX_HOLDERS} device blocks holding one claim position")
+        else:
+            present[position] = count + 1  # type: ignore[index]
 
     def _extend_leading(self, claim: ClaimRecord) -> None:
         present = claim.present
@@ -1379,11 +1487,10 @@ class SystemState:
             self._advance(claim, Event.materialize)
 
     def _owners_of(self, key: int) -> list[tuple[ClaimRecord, int]]:
-        """Every (claim, position) block `key` held, forgetting them."""
+        """Every (claim, position) block `key` held, forgetting them (not its content)."""
         owner = self.block_owner.pop(key, None)
         if owner is None:
             return []
-        self.block_hash.pop(key, None)
         owned = [(owner, self.block_position.pop(key))]
         if self.shared_owners:
             owned.extend(self.shared_owners.pop(key, ()))
@@ -1401,51 +1508,62 @@ class SystemState:
         if ev.claim_id is not None or ev.cache_level is not None:
             self._block_removed_rarely(ev)
             return
-        held = self.block_hash.get(ev.block_id)
-        if held is not None and held != ev.block_hash:
-            self._block_hash_mismatch(ev, held)
+        self._forget_content(ev)
         if not self._lose_owners(ev.block_id) and not self._seen_eviction:
             self._seen_eviction = True
             self._witness(TraceWitness.ordinary_eviction_without_claim, (self._at,))
 
-    def _block_hash_mismatch(self, ev: Any, held: str) -> None:
-        self._fail(
-            R.block_identity,
-            f"block_removed says block {ev.block_id} held {ev.block_hash!r}, but it was stored "
-            f"with {held!r}: a block is its id and its content",
-            subject=f"block {ev.block_id}",
-            state=f"block {ev.block_id} holds {held!r}",
-            allowed=(f"block_hash == {held!r}",),
-            ids=(self.block_owner[ev.block_id].claim_id,),
-        )
+    def _forget_content(self, ev: Any) -> str | None:
+        """A removal takes the block's recorded content with it; it must name that content
+        (C4: a block is its id and its hash). Returns the content, None for an unknown id."""
+        held = self.block_hash.get(ev.block_id)
+        if held is not None and held != ev.block_hash:
+            owner = self.block_owner.get(ev.block_id)
+            self._fail(
+                R.block_identity,
+                f"block_removed says block {ev.block_id} held {ev.block_hash!r}, but it was stored "
+                f"with {held!r}: a block is its id and its content",
+                subject=f"block {ev.block_id}",
+                state=f"block {ev.block_id} holds {held!r}",
+                allowed=(f"block_hash == {held!r}",),
+                ids=() if owner is None else (owner.claim_id,),
+            )
+        self.block_hash.pop(ev.block_id, None)
+        return held
 
     def _block_removed_rarely(self, ev: Any) -> None:
         claim = self._block_claim(ev)
         level = ev.cache_level
         if level is not None and level.lower() not in DEVICE_CACHE_LEVELS:
             return
-        held = self.block_hash.get(ev.block_id)
-        if held is not None and held != ev.block_hash:
-            self._block_hash_mismatch(ev, held)
+        known = self._forget_content(ev) is not None
         owned = self._owners_of(ev.block_id)
-        if claim is not None and ev.position is not None:
-            if owned and not any(o.claim_id == claim.claim_id and p == ev.position for o, p in owned):
-                holders = ", ".join(f"{o.claim_id}@{p}" for o, p in owned)
+        position = ev.position
+        if claim is not None and position is not None and self._tracks(claim):
+            if known and not any(o is claim and p == position for o, p in owned):
+                holders = ", ".join(f"{o.claim_id}@{p}" for o, p in owned) or "no claim"
                 self._claim_fail(
                     claim,
                     R.block_identity,
-                    f"block_removed names position {ev.position} of {claim.claim_id}, but block "
+                    f"block_removed names position {position} of {claim.claim_id}, but block "
                     f"{ev.block_id} was stored for {holders}",
                 )
-            if not owned:
-                owned = [(claim, ev.position)]
-                if claim.present is None and claim.phase is Phase.materialized:
-                    claim.present = self._prefix_map(claim)
-                    self._assume_reported_prefix(claim)
+            if not known:  # a block the trace never stored, named for one of the claim's positions
+                self._start_tracking(claim)
+                count = claim.present[position]  # type: ignore[index]
+                if count and count != ASSUMED:
+                    self._claim_fail(
+                        claim,
+                        R.block_identity,
+                        f"block_removed names position {position} of {claim.claim_id} in block "
+                        f"{ev.block_id}, which the trace never stored, while that position is "
+                        "stored in another block: the removal cannot be attributed",
+                    )
+                owned = [(claim, position)]
         if not owned:
             self._witness(TraceWitness.ordinary_eviction_without_claim, (self._at,))
-        for owner, position in owned:  # a removal affects every holder, whichever it names
-            self._lose(owner, position)
+        for owner, held_position in owned:  # a removal affects every holder, whichever it names
+            self._lose(owner, held_position)
 
     def _prefix_map(self, claim: ClaimRecord) -> bytearray:
         """A fresh presence map for `claim`, counted against `max_prefix_positions`."""
@@ -1455,22 +1573,17 @@ class SystemState:
         self.prefix_positions += size
         return bytearray(size)
 
-    @staticmethod
-    def _assume_reported_prefix(claim: ClaimRecord) -> None:
-        """A claim that reported materialization before any of its blocks was seen: its device
-        prefix is the reported one, so neither a later partial store nor a named removal can
-        reset it (ignoring it would pass a silent harm)."""
-        reported = claim.reported_leading
-        present = claim.present
-        present[:reported] = b"\x01" * reported  # type: ignore[index]
-        claim.leading = reported
-
     def _lose(self, claim: ClaimRecord, position: int) -> None:
-        """`position` of `claim`'s prefix is gone; a drop below the predicate is the lifecycle's
+        """One block holding `position` of `claim`'s prefix is gone; the position is gone when
+        no other block holds it, and a drop below the predicate is the lifecycle's
         `predicate_broken`."""
         present = claim.present
         if present is None:
             return  # retired, or never tracked
+        count = present[position]
+        if 1 < count < ASSUMED:
+            present[position] = count - 1  # another block still holds it
+            return
         present[position] = 0
         if position >= claim.leading:
             return
@@ -1547,12 +1660,27 @@ class SystemState:
         self._settle_witnesses()
 
 
-def _held_blocks(claim: ClaimRecord) -> int:
-    """The blocks a blocking claim must have in the protected term: its predicate's blocks
-    (its footprint when the predicate is undecidable), or fewer when its own device-tier
-    block events show that it holds fewer so far."""
-    promised = claim.footprint if claim.required is None else claim.required
-    return promised if claim.present is None else min(promised, sum(claim.present))
+_ASSUME = bytes(ASSUMED if count == 0 else count for count in range(256))
+
+
+def _assume_prefix(claim: ClaimRecord, blocks: int) -> None:
+    """The claim's first `blocks` positions are on the device though no block event named them
+    (a materialized report before any of its blocks was seen, a restore's `restored_blocks`):
+    each position no block holds is `ASSUMED`, so neither a later partial store nor a named
+    removal can reset it (ignoring it would pass a silent harm)."""
+    present = claim.present
+    present[:blocks] = present[:blocks].translate(_ASSUME)  # type: ignore[index]
+    gap = present.find(0)  # type: ignore[union-attr]
+    claim.leading = min(claim.footprint, len(present) if gap < 0 else gap)  # type: ignore[arg-type]
+
+
+def _holdings_bound(claim: ClaimRecord) -> int:
+    """At least the device blocks `claim` holds (exactly, unless blocks are shared): one per
+    block holding one of its positions, one per position assumed from its materialized report."""
+    present = claim.present
+    if present is None:
+        return claim.reported_leading
+    return sum(present) - (ASSUMED - 1) * present.count(ASSUMED)
 
 
 def _show_terms(terms: tuple[Any, ...]) -> str:
@@ -1670,7 +1798,8 @@ def step_run(state: SystemState, events: Sequence[Any], at: int) -> Violation | 
                 key = event.block_id
                 if claim_id is None:
                     if key not in owners:
-                        continue  # an unclaimed block in an id no claim holds: nothing to track
+                        hashes[key] = event.block_hash  # an unclaimed block in an id no claim holds
+                        continue
                 else:
                     position = event.position
                     claim = claims_get(claim_id)
@@ -1680,7 +1809,8 @@ def step_run(state: SystemState, events: Sequence[Any], at: int) -> Violation | 
                         and event.cache_level is None
                         and position < claim.footprint
                         and claim.present is not None
-                        and key not in owners
+                        and key not in hashes
+                        and not claim.present[position]
                     ):
                         owners[key] = claim
                         positions[key] = position
@@ -1703,18 +1833,20 @@ def step_run(state: SystemState, events: Sequence[Any], at: int) -> Violation | 
                         continue
             elif cls is removed and event.claim_id is None and event.cache_level is None and not shared:
                 key = event.block_id
-                owner = owners.pop(key, None)
-                if owner is None:
+                held = hashes.get(key)
+                if held is not None and held != event.block_hash:
+                    pass  # a different content: the slow path names the rule
+                elif (owner := owners.pop(key, None)) is None:
+                    if held is not None:
+                        del hashes[key]
                     if seen_eviction:
                         continue
                     seen_eviction = True
-                elif hashes[key] != event.block_hash:
-                    owners[key] = owner  # a different content: the slow path names the rule
                 else:
                     del hashes[key]
                     position = positions.pop(key)
                     present = owner.present
-                    if present is None or position >= owner.leading:
+                    if present is None or (position >= owner.leading and present[position] == 1):
                         if present is not None:
                             present[position] = 0
                         continue
@@ -1735,7 +1867,7 @@ def step_run(state: SystemState, events: Sequence[Any], at: int) -> Violation | 
                     del requests[request_id]  # a legal finish that owes nothing
                     finished.add(request_id)
                     continue
-            elif cls is admitted and state._seen_admission:
+            elif cls is admitted and state._seen_admission and event.claim_shared_blocks is None:
                 request_id = event.request_id
                 live = event.active_live_blocks
                 if (
@@ -1784,7 +1916,7 @@ def witnesses(state: SystemState) -> tuple[tuple[TraceWitness, tuple[int, ...], 
 def retired_phase(state: SystemState, claim_id: str) -> Phase | None:
     """The phase of a claim that left the live set (released, harmed, rejected), else None."""
     code = state.retired.get(claim_id)
-    return None if code is None else _RETIRED_STATES[code % _RETIRED_KINDS][0]
+    return None if code is None else _RETIRED_STATES[(code & _LOW) % _RETIRED_KINDS][0]
 
 
 def claims_seen(state: SystemState) -> int:

@@ -399,14 +399,14 @@ class ClaimArbiter:
         if turn is None:
             return
         if isinstance(turn, JobKeyProblem):
-            self._reject(None, turn.reason, book, spend=False)
+            self._reject(None, turn.reason, book, charge=None)
             return
         if claim_op:
             self._reject(
                 None,
                 "a request with Continuum job keys takes no kvclaims_* claim operation",
                 book,
-                spend=False,
+                charge=None,
             )
             return
         book.turn = turn

@@ -236,4 +236,20 @@ def test_a_two_key_reuse_restores_its_checkpoint_in_place(corrupted: bool) -> No
     assert reused["predicate_satisfied"] is not corrupted
     assert failed == (["demotion"] if corrupted else [])
     assert rt.claims["c"].phase is (Phase.demoted if corrupted else Phase.materialized)
+
+
+def test_an_offloaded_claim_pins_no_device_block_its_object_stores_again() -> None:
+    """An offloaded claim reserves no device block until its restore: a request that recomputes
+    its object after its device copies were evicted must not re-pin them for the claim (it
+    was then blamed for capacity conflicts it reserved nothing for)."""
+    rt, buffer = runtime(usable=20, policy="offloadable")
+    resident(rt, "c", M.offloadable, 8)
+    claim = rt.claims["c"]
+    assert len(claim.pinned) == 8
+    rt.offload("c")
+    rt.run_request(RequestSpec("pressure", "obj-pressure", 20))  # evicts the claim's device copies
+    rt.run_request(RequestSpec("again", "obj-c", 8))  # stores its object's blocks again
+    assert claim.phase is Phase.offloaded
+    assert all(block is not None for block in claim.slots)  # the blocks are tagged to the claim
+    assert claim.pinned == [] and sum(rt.pool.pin_refs) == 0  # but not pinned for it
     assert_accepted(rt.header, buffer.events)

@@ -85,11 +85,14 @@ def test_class_1_protecting_120_blocks_in_an_80_block_pool_is_rejected() -> None
 
 
 def test_class_1_admission_that_overcommits_the_pool_is_rejected_and_one_that_fits_accepted() -> None:
+    # seed 001 3.4: 60 claim-held + the request's live blocks not shared with the claim <= 80
     prefix = (accepted("A", "hard_protected", 60, 60), materialized("A", 60))
-    fits = {"event": "active_request_admitted", "request_id": "r1", "active_live_blocks": 20}
-    over = {"event": "active_request_admitted", "request_id": "r1", "active_live_blocks": 21}
-    assert judge(ndjson(*prefix, fits)).outcome == ACCEPTED
-    assert judge(ndjson(*prefix, over)).rule == "capacity_arithmetic"
+    admit = {"event": "active_request_admitted", "request_id": "r1", "active_live_blocks": 30}
+    assert judge(ndjson(*prefix, {**admit, "claim_shared_blocks": 10})).outcome == ACCEPTED
+    assert judge(ndjson(*prefix, {**admit, "claim_shared_blocks": 9})).rule == "capacity_arithmetic"
+    # without the field the sharing is unknown (requests share prefix blocks): it fits alone
+    assert judge(ndjson(*prefix, admit)).outcome == ACCEPTED
+    assert judge(ndjson(*prefix, {**admit, "active_live_blocks": 81})).rule == "capacity_arithmetic"
 
 
 def test_class_2_expiry_before_the_promised_duration_is_rejected() -> None:
@@ -115,10 +118,16 @@ def test_class_4_a_materialized_report_is_confirmed_only_by_the_blocks_it_lacked
 
 def test_class_1_only_protected_blocks_count_against_an_admission() -> None:
     """C1: a block stored toward a predicate not yet shown is evictable cache; once the claim
-    holds its predicate its blocks are protected and count against the pool."""
+    holds its predicate its blocks are protected and count against the pool (here the request
+    says it shares none of them)."""
     first = {"event": "block_stored", "block_id": 0, "block_hash": "h0", "claim_id": "A", "position": 0}
     second = {**first, "block_id": 1, "block_hash": "h1", "position": 1}
-    admit = {"event": "active_request_admitted", "request_id": "r1", "active_live_blocks": 3}
+    admit = {
+        "event": "active_request_admitted",
+        "request_id": "r1",
+        "active_live_blocks": 3,
+        "claim_shared_blocks": 0,
+    }
     claim = accepted("A", "hard_protected", 2, 2)
     assert judge(ndjson(claim, first, admit, usable=4)).outcome == ACCEPTED
     assert judge(ndjson(claim, first, second, admit, usable=4)).rule == "capacity_arithmetic"
@@ -157,9 +166,12 @@ def test_class_5_a_matching_checkpoint_alone_does_not_restore_a_two_key_claim() 
         {"event": "resident_claim_restore_required", "claim_id": "A", "request_id": "r1"},
         {"event": "resident_claim_checkpoint_restored", "claim_id": "A", **checkpoint},
     )
-    kv_side = {"event": "resident_claim_restored", "claim_id": "A", "request_id": "r1"}
+    kv_side = {"event": "resident_claim_restored", "claim_id": "A", "request_id": "r1", "restored_blocks": 1}
     assert judge(ndjson(*prefix, REUSE)).rule == "offload_order"
     assert judge(ndjson(*prefix, kv_side, REUSE)).outcome == ACCEPTED
+    # class 5: with no block events, only restored_blocks confirms the KV side for the reuse
+    unconfirmed = {key: value for key, value in kv_side.items() if key != "restored_blocks"}
+    assert judge(ndjson(*prefix, unconfirmed, REUSE)).rule == "offload_order"
 
 
 def test_generated_valid_histories_are_accepted() -> None:
@@ -224,7 +236,7 @@ FAILURE_DEFERRAL = {
 
 def test_class_10_offload_and_restore_of_a_hard_protected_claim_is_legal() -> None:
     hard = (accepted("A", "hard_protected", 1, 1), *OFFLOADED[1:])
-    restored = {"event": "resident_claim_restored", "claim_id": "A", "request_id": "r1"}
+    restored = {"event": "resident_claim_restored", "claim_id": "A", "request_id": "r1", "restored_blocks": 1}
     assert judge(ndjson(*hard, restored, REUSE, FINISH)).outcome == ACCEPTED
     demotable = (accepted("A", "demotable", 1, 1), *OFFLOADED[1:3])
     assert judge(ndjson(*demotable)).rule == "lifecycle"
@@ -258,8 +270,10 @@ def test_class_14_request_edge_cases() -> None:
                 "capacity_shortfall_blocks": 1}  # fmt: skip
     hard = (accepted("A", "hard_protected", 1, 1), materialized("A", 1), deferred)
     admitted = {"event": "active_request_admitted", "request_id": "r1", "active_live_blocks": 1}
-    assert judge(ndjson(*hard, REUSE)).rule == "lifecycle"  # admitted first
+    assert judge(ndjson(*hard, REUSE, FINISH)).outcome == ACCEPTED  # served from the cache (C12)
     assert judge(ndjson(*hard, admitted, REUSE, FINISH)).outcome == ACCEPTED
+    refused = {**deferred, "event": "active_request_refused"}
+    assert judge(ndjson(*hard[:2], refused, REUSE)).rule == "lifecycle"  # a refused request is done
 
 
 def test_a_satisfied_reuse_must_agree_with_the_claims_blocks() -> None:
