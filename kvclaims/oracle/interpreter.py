@@ -33,10 +33,14 @@ C2  Capacity proofs are checked against that state: every blocking claim reserve
     undecidable (inconclusive). A capacity *deferral*, like a refusal, needs a positive
     shortfall: if the request fits there is no capacity conflict to report.
 C3  Time (class 2): the step clock is the optional integer `engine_step` field of the accepting
-    and the expiring event (the runtime's own context field, trace-format.md). Expiry with both
-    known and fewer than duration_steps apart is a lifecycle violation; expiry of a claim with a
-    duration and no clock on either event is undecidable (inconclusive). This covers
-    `restoration_failed` with outcome `expiry` too.
+    and the expiring event (the runtime's own context field, trace-format.md), the wall clock
+    its `t_ns` (nanoseconds) for `duration_ms`. Expiry with both known and fewer than
+    duration_steps steps (duration_ms milliseconds) apart is a duration violation; expiry of a
+    claim with a duration and no clock on either event is undecidable (inconclusive). With
+    `refresh_on_hit` a satisfied reuse of the claim restarts its clocks at the reuse's own
+    values, but never earlier than they stood (a hit stamped earlier cannot shorten the promise);
+    a reuse without a clock value leaves that clock unknown. This covers `restoration_failed`
+    with outcome `expiry` too.
 C4  Block identity (class 3): a device block is (block_id, block_hash). Storing a different hash
     into a held id, and removing a block id, takes that position from *every* claim that held it.
     A removal whose hash differs from the stored one, or that names a (claim, position) the block
@@ -120,6 +124,7 @@ ATTRIBUTION = "attribution"  # rule 4
 OFFLOAD_ORDER = "offload_order"  # rule 5
 NO_SILENT_HARM = "no_silent_harm"  # rule 6
 TWO_KEY = "hybrid_two_key"  # rule 7
+DURATION = "duration"  # class 2: a promised duration honoured
 
 
 @dataclass(frozen=True)
@@ -186,7 +191,10 @@ class Claim:
     required: int | None = None  # leading blocks the predicate needs (None: undecidable)
     two_key: bool = False
     duration: int | None = None
-    accepted_step: int | None = None
+    duration_ms: int | None = None
+    refresh_on_hit: bool = False
+    accepted_step: int | None = None  # C3: the step clock's start (acceptance, or the last hit)
+    accepted_ns: int | None = None  # C3: the wall clock's start
     checkpoint: tuple[int, str] | None = None  # (boundary, value_hash) recorded at materialization
     positions: dict[int, set[int]] = field(default_factory=dict)  # position -> the blocks holding it (C4)
     assumed: int = 0  # C5: leading blocks reported materialized in blocks the trace never named
@@ -245,6 +253,7 @@ class Claim:
             self.terms,
             self.required,
             self.accepted_step,
+            self.accepted_ns,
             self.checkpoint,
             tuple(sorted((p, tuple(sorted(b))) for p, b in self.positions.items())),
             self.assumed,
@@ -295,6 +304,8 @@ _TERMS = {
     "footprint_blocks": (_PPREFIX, True),
     "predicate": ("predicate", True),
     "duration_steps": (_POS, False),
+    "duration_ms": (_POS, False),
+    "refresh_on_hit": (_BOOL, False),
 }
 _CLAIM = {"claim_id": (_ID, True)}
 _BLOCK = {
@@ -614,19 +625,30 @@ class Oracle:
         self._after_blocks_changed(claim, before)
 
     def _expiry_clock(self, claim: Claim, event: dict[str, Any]) -> None:
-        """C3: expiry before duration_steps have passed is a violation (class 2)."""
-        if claim.duration is None:
+        """C3: expiry before duration_steps / duration_ms have passed is a violation (class 2)."""
+        for promised, start, field_name, per_unit, unit in (
+            (claim.duration, claim.accepted_step, "engine_step", 1, "steps"),
+            (claim.duration_ms, claim.accepted_ns, "t_ns", 1_000_000, "ms"),
+        ):
+            if promised is None:
+                continue
+            now = event.get(field_name)
+            if start is None or not _is_int(now):
+                self._undecidable(f"{claim.claim_id}: expiry of a {promised} {unit} claim, no {field_name}")
+            elif now - start < promised * per_unit:
+                raise Violation(
+                    DURATION,
+                    f"{claim.claim_id} expired {(now - start) / per_unit:g} {unit} after its clock "
+                    f"started; it promised {promised}",
+                )
+
+    @staticmethod
+    def _hit_restarts_clocks(claim: Claim, event: dict[str, Any]) -> None:
+        """C3: refresh on hit moves each clock's start to the hit, never backwards."""
+        if not claim.refresh_on_hit:
             return
-        step = event.get("engine_step")
-        if claim.accepted_step is None or not _is_int(step):
-            self._undecidable(f"{claim.claim_id}: expiry of a {claim.duration}-step claim with no step clock")
-            return
-        if step - claim.accepted_step < claim.duration:
-            raise Violation(
-                LIFECYCLE,
-                f"{claim.claim_id} expired {step - claim.accepted_step} steps after acceptance; "
-                f"it promised {claim.duration}",
-            )
+        claim.accepted_step = _restarted(claim.accepted_step, event.get("engine_step"))
+        claim.accepted_ns = _restarted(claim.accepted_ns, event.get("t_ns"))
 
     # -- the step function --
 
@@ -661,6 +683,8 @@ class Oracle:
             event["footprint_blocks"],
             predicate,
             event.get("duration_steps"),
+            event.get("duration_ms"),
+            event.get("refresh_on_hit", False),
         )
 
     def _set_terms(self, claim: Claim, event: dict[str, Any]) -> None:
@@ -668,6 +692,8 @@ class Oracle:
         claim.mode = event["mode"]
         claim.footprint = event["footprint_blocks"]
         claim.duration = event.get("duration_steps")
+        claim.duration_ms = event.get("duration_ms")
+        claim.refresh_on_hit = event.get("refresh_on_hit", False)
         claim.two_key = predicate["kind"] == "hybrid_two_key"
         if claim.two_key:
             claim.required = predicate["boundary_blocks"]
@@ -701,8 +727,9 @@ class Oracle:
             raise Violation(IDENTITY, f"{claim_id}: accepted terms differ from the submitted ones")
         claim = Claim(claim_id, "accepted", terms)
         self._set_terms(claim, event)
-        step = event.get("engine_step")
+        step, now = event.get("engine_step"), event.get("t_ns")
         claim.accepted_step = step if _is_int(step) else None
+        claim.accepted_ns = now if _is_int(now) else None
         self.claims[claim_id] = claim
 
     def _resident_claim_rejected(self, event: dict[str, Any]) -> None:
@@ -1057,6 +1084,7 @@ class Oracle:
                         OFFLOAD_ORDER,
                         f"satisfied reuse after a restore of {claim.claim_id} nothing confirmed",
                     )
+            self._hit_restarts_clocks(claim, event)
         self._reuse_request(request_id)
 
     def _request_finished(self, event: dict[str, Any]) -> None:
@@ -1250,3 +1278,10 @@ def conclude(oracle: Oracle, unknown_line: int | None = None) -> Verdict:
     if oracle.steps == 0:
         return Verdict(INCONCLUSIVE, message="no model step")
     return Verdict(ACCEPTED)
+
+
+def _restarted(start: int | None, hit: Any) -> int | None:
+    """C3: a clock restarted by a hit: unknown if the hit has no clock value, else never earlier."""
+    if not _is_int(hit):
+        return None
+    return hit if start is None else max(start, hit)

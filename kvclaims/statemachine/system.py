@@ -771,9 +771,12 @@ class SystemState:
                 )
 
     def _refresh(self, claim: ClaimRecord, ev: Any) -> None:
+        """A satisfied reuse restarts a refresh-on-hit claim's clocks, never backwards: a hit
+        stamped before the clock's start cannot shorten the promise. A hit with no clock value
+        leaves that clock unknown (a later expiry is then undecidable)."""
         if claim.refresh_on_hit:
-            claim.clock_step = ev.engine_step
-            claim.clock_ns = ev.t_ns
+            claim.clock_step = _later(claim.clock_step, ev.engine_step)
+            claim.clock_ns = _later(claim.clock_ns, ev.t_ns)
 
     # --- offload and restore ------------------------------------------------------------
 
@@ -1934,3 +1937,8 @@ def describe(state: SystemState) -> str:
         f"blocks tracked: {len(state.block_owner)}; pool: {state.reserved_blocks} reserved + "
         f"{state.admitted_live_blocks} live of {'?' if state.usable_blocks is None else state.usable_blocks}"
     )
+
+
+def _later(clock: int | None, stamp: int | None) -> int | None:
+    """The restarted clock: the hit's stamp, or the old start if that is later."""
+    return None if stamp is None else stamp if clock is None else max(clock, stamp)

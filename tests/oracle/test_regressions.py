@@ -79,6 +79,23 @@ def reused(claim_id: str, cached: int, satisfied: bool) -> Event:
     return ("request_reused", fields)
 
 
+MS = 1_000_000  # t_ns per millisecond
+
+
+def timed(accepted_ms: int, refresh: bool = True) -> Event:
+    """c2 promises 100 ms from acceptance at `accepted_ms` (with refresh on hit)."""
+    terms = {**OFF2, "mode": "expiring", "duration_ms": 100, "refresh_on_hit": refresh}
+    return ("resident_claim_accepted", {**terms, "t_ns": accepted_ms * MS})
+
+
+def expired_at(ms: int) -> Event:
+    return ("resident_claim_expired", {"claim_id": "c2", "t_ns": ms * MS})
+
+
+def hit_at(ms: int) -> Event:
+    return ("request_reused", {**reused("c2", 1, True)[1], "t_ns": ms * MS})
+
+
 OFFLOADED_C2 = [
     accepted(OFF2),
     materialized("c2", 1),
@@ -104,6 +121,24 @@ TWO_BLOCKING_CLAIMS = [
 
 # name -> (violating trace, conforming twin)
 TWINS: dict[str, tuple[list[Event], list[Event]]] = {
+    # Class 2: a wall-clock duration (duration_ms, judged on t_ns) is honoured (the oracle
+    # judged only duration_steps).
+    "expiry-before-duration-ms": (
+        [timed(0), materialized("c2", 1), expired_at(99)],
+        [timed(0), materialized("c2", 1), expired_at(100)],
+    ),
+    # Class 2, refresh on hit: a satisfied reuse restarts the clock (80 + 100 > 150); without
+    # refresh_on_hit the same expiry keeps the promise.
+    "refresh-on-hit-restarts-the-clock": (
+        [timed(0), materialized("c2", 1), hit_at(80), expired_at(150)],
+        [timed(0, refresh=False), materialized("c2", 1), hit_at(80), expired_at(150)],
+    ),
+    # Class 2: a hit stamped before the clock's start cannot move it back (found by the Z3
+    # duration obligation: the checker restarted the clock at the earlier stamp).
+    "a-hit-stamped-earlier-cannot-shorten-the-promise": (
+        [timed(1000), materialized("c2", 1), hit_at(0), expired_at(1050)],
+        [timed(1000), materialized("c2", 1), hit_at(0), expired_at(1100)],
+    ),
     # Seed 001 3.4 (class 1): claim-held + the request's other live blocks fit in the pool. The
     # checker did not sum them (trace v1 could not say what a request shares with a claim);
     # `claim_shared_blocks` says it now. 2 held + 3 - 0 > 4; the twin shares 1 of its 3.
