@@ -152,7 +152,6 @@ class RequestBook:
     request queued again (its phase stays deferred until vLLM admits it)."""
     deferred_steps: int = 0
     last_conflict: tuple[Any, ...] | None = None
-    live_blocks: int | None = None
     checked_version: int = -1
     restores: list[str] = field(default_factory=list)
     """Offloaded claims this request loads back (their blocks become its blocks)."""
@@ -751,7 +750,6 @@ class ClaimArbiter:
         peak = self._peak_blocks(request)
         overlap = self.registry.overlap(request.block_hashes, book.sourced)
         proof = CapacityProof(self.registry.protected_blocks, peak - overlap.credited, self.usable_blocks)
-        book.live_blocks = proof.active_live_blocks_required
         if proof.capacity_shortfall_blocks == 0 or peak > self.usable_blocks:
             # Feasible, or infeasible even with no claim at all: then it is vLLM's to handle
             # and naming claims as blocking would be false attribution.
@@ -889,18 +887,26 @@ class ClaimArbiter:
 
     def admit(self, request: Request, book: RequestBook, prefix_hit_blocks: int) -> None:
         """Report `request` admitted: vLLM gave it blocks (to compute or to load into)."""
-        if book.live_blocks is None or book.checked_version != self.registry.version:
-            overlap = self.registry.overlap(request.block_hashes, book.sourced)
-            book.live_blocks = self._peak_blocks(request) - overlap.credited
         self._end_deferral(request.request_id, book)
         book.step(RequestEvent.admit)
         if self.sink.enabled:
             self._emit(
                 ActiveRequestAdmitted,
                 request_id=book.trace_id,
-                active_live_blocks=book.live_blocks,
+                active_live_blocks=self._admitted_live_blocks(request, book),
                 prefix_hit_blocks=prefix_hit_blocks,
             )
+
+    def _admitted_live_blocks(self, request: Request, book: RequestBook) -> int:
+        """The blocks vLLM's KV cache manager gave `request` by now (its admission step:
+        prefix hits, the scheduled chunk, lookahead), less those credited to protected claims
+        (counted as theirs). Not the peak: vLLM admits a request whose peak exceeds the pool
+        and preempts later; the admission holds only what was allocated."""
+        null = self._pool.null_block.block_id
+        allocated = {b for group in self._s.kv_cache_manager.get_block_ids(request.request_id) for b in group}
+        allocated.discard(null)
+        credited = self.registry.overlap(request.block_hashes, book.sourced).credited
+        return len(allocated) - min(credited, len(allocated))
 
     def _report_reuse(self, request: Request, book: RequestBook, hit_blocks: int) -> None:
         record = self.registry.claims.get(book.attached or "")
