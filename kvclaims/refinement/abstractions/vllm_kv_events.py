@@ -48,6 +48,7 @@ from kvclaims.refinement.reader import (
     ordering_error,
     parse_error,
     push,
+    read_exactly,
     read_lines,
 )
 from kvclaims.refinement.verdict import ErrorClass, Finding
@@ -118,14 +119,20 @@ _HASH_TYPES = (bytes, int, str)
 msgspec cannot tell bytes from str in one union, so hashes are checked after decoding."""
 
 
+_MSGPACK_MAP_MARKERS = frozenset(range(0x80, 0x90)) | {0xDE, 0xDF}
+
+
 def detect_msgpack(head: bytes) -> bool:
-    """A msgpack capture starts with a frame whose payload decodes as a KVEventBatch."""
+    """A msgpack capture starts with a frame whose payload decodes as a KVEventBatch; a first
+    frame longer than `head` counts when its length is within the cap and its payload starts
+    as a batch does (a msgpack array or map): the frame reader then judges it whole."""
     if len(head) < _FRAME_HEADER.size or head[:1] in (b"{", b"[", b" ", b"\n"):
         return False
     _, length = _FRAME_HEADER.unpack_from(head)
     payload = head[_FRAME_HEADER.size : _FRAME_HEADER.size + length]
     if len(payload) != length:
-        return False
+        markers = _MSGPACK_ARRAY_MARKERS | _MSGPACK_MAP_MARKERS
+        return length <= _MAX_FRAME and bool(payload) and payload[0] in markers
     try:
         _decode_payload(payload)
     except (msgspec.DecodeError, msgspec.ValidationError):
@@ -155,7 +162,8 @@ def _hash_text(value: Any) -> str:
     return f"int:{value}" if isinstance(value, int) else f"str:{value}"
 
 
-def _undecidable(precondition: TelemetryJoinPrecondition, message: str, line: int | None) -> Undecidable:
+def unmet(precondition: TelemetryJoinPrecondition, message: str, line: int | None) -> Undecidable:
+    """The inconclusive finding for a telemetry-join precondition that does not hold."""
     return Undecidable(
         Finding(
             ErrorClass.undecidable, f"telemetry_join precondition {precondition} fails: {message}", line=line
@@ -191,23 +199,23 @@ class _Join:
         ids = [c.claim_id for c in registry.claims]
         duplicated = sorted({i for i in ids if ids.count(i) > 1})
         if duplicated:
-            raise _undecidable(P.stable_claim_id, f"claim ids registered twice: {duplicated}", None)
+            raise unmet(P.stable_claim_id, f"claim ids registered twice: {duplicated}", None)
         clash = sorted(set(ids) & set(registry.request_ids))
         if clash:
-            raise _undecidable(P.stable_claim_id, f"claim ids equal backend request ids: {clash}", None)
+            raise unmet(P.stable_claim_id, f"claim ids equal backend request ids: {clash}", None)
         tokens_of_object: dict[str, list[int]] = {}
         for claim in registry.claims:
             tokens = claim.token_map.token_ids
             if tokens_of_object.setdefault(claim.object_id, tokens) != tokens:
-                raise _undecidable(P.reusable_object_id, f"object {claim.object_id} has two token maps", None)
+                raise unmet(P.reusable_object_id, f"object {claim.object_id} has two token maps", None)
             if self.required[claim.claim_id] > claim.footprint_blocks:
-                raise _undecidable(
+                raise unmet(
                     P.fixed_materialization_predicate,
                     f"{claim.claim_id}: predicate needs more blocks than its footprint",
                     None,
                 )
             if len(tokens) < claim.footprint_blocks * self.block_size:
-                raise _undecidable(
+                raise unmet(
                     P.deterministic_request_token_map,
                     f"{claim.claim_id}: token map has {len(tokens)} tokens, fewer than "
                     f"{claim.footprint_blocks} blocks of {self.block_size}",
@@ -218,7 +226,7 @@ class _Join:
             self.blocks_of[claim.claim_id] = blocks
             for other, other_blocks in self.blocks_of.items():
                 if other != claim.claim_id and other_blocks[0] == blocks[0]:
-                    raise _undecidable(
+                    raise unmet(
                         P.ambiguity_fails_closed,
                         f"{other} and {claim.claim_id} own the same leading block (duplicate owner)",
                         None,
@@ -232,7 +240,7 @@ class _Join:
             if self.rank is None:
                 self.rank = batch.data_parallel_rank
             elif self.rank != batch.data_parallel_rank:
-                raise _undecidable(
+                raise unmet(
                     P.ambiguity_fails_closed,
                     "events of more than one data-parallel rank are interleaved",
                     line,
@@ -253,19 +261,19 @@ class _Join:
         identity = self.registry.cache_identity
         bs = event.block_size
         if bs != self.block_size:
-            raise _undecidable(
+            raise unmet(
                 P.fixed_cache_identity,
                 f"BlockStored with block_size {bs}, registry says {self.block_size}",
                 line,
             )
         if event.lora_name != identity.adapter_identity:
-            raise _undecidable(
+            raise unmet(
                 P.fixed_cache_identity,
                 f"BlockStored for adapter {event.lora_name!r}, registry says {identity.adapter_identity!r}",
                 line,
             )
         if len(event.token_ids) != bs * len(event.block_hashes):
-            raise _undecidable(
+            raise unmet(
                 P.joinable_backend_events,
                 f"BlockStored carries {len(event.token_ids)} token ids for "
                 f"{len(event.block_hashes)} blocks of {bs}",
@@ -282,7 +290,7 @@ class _Join:
             content = (parent, tokens)
             known = self.content.get(text)
             if known is not None and known != content:
-                raise _undecidable(
+                raise unmet(
                     P.ambiguity_fails_closed, f"block {text} stored twice with different content", line
                 )
             self.content[text] = content
@@ -290,7 +298,7 @@ class _Join:
             if owner is not None:
                 claim_id, position = owner
                 if seq < self.claims[claim_id].registered_before_seq:
-                    raise _undecidable(
+                    raise unmet(
                         P.external_claim_registry,
                         f"{claim_id} was registered before seq "
                         f"{self.claims[claim_id].registered_before_seq}, "
@@ -321,7 +329,7 @@ class _Join:
         keys = event.extra_keys[index] if event.extra_keys and index < len(event.extra_keys) else None
         agrees = (keys is not None and namespace in [str(k) for k in keys]) if namespace else not keys
         if not agrees:
-            raise _undecidable(
+            raise unmet(
                 P.fixed_cache_identity,
                 f"a joined block's extra keys {keys!r} do not carry namespace {namespace!r}",
                 line,
@@ -341,7 +349,7 @@ class _Join:
                 if position + 1 < len(blocks) and blocks[position + 1] == tokens:
                     owners = [(claim_id, position + 1)]
         if len(owners) > 1:
-            raise _undecidable(P.ambiguity_fails_closed, f"block {text} joins {len(owners)} claims", line)
+            raise unmet(P.ambiguity_fails_closed, f"block {text} joins {len(owners)} claims", line)
         if owners:
             self.joined[text] = owners[0]
             return owners[0]
@@ -447,7 +455,7 @@ class KvEventsSource:
                 if batch_seq <= last:
                     raise ordering_error(batch_seq, last, number)
                 if batch_seq != last + 1:
-                    raise _undecidable(
+                    raise unmet(
                         P.joinable_backend_events,
                         f"publisher batches {last + 1}..{batch_seq - 1} are missing",
                         number,
@@ -473,9 +481,7 @@ class KvEventsSource:
                 batch = decoder.decode(content)
             except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
                 decode_json(content, number, terminated)  # raises the located parse finding
-                raise _undecidable(
-                    P.joinable_backend_events, "batch line is not a KVEventBatch", number
-                ) from None
+                raise unmet(P.joinable_backend_events, "batch line is not a KVEventBatch", number) from None
             exact_document(content, number)  # a duplicate key is invalid input (captures are small)
             if batch.seq < 0:
                 raise parse_error("batch line needs a non-negative seq", number, "seq")
@@ -484,7 +490,7 @@ class KvEventsSource:
     def _frames(self) -> Iterator[tuple[int, int, _Batch | _ArrayBatch]]:
         number = 0
         while True:
-            header = self._stream.read(_FRAME_HEADER.size)
+            header = read_exactly(self._stream, _FRAME_HEADER.size)  # a live stream reads short
             if not header:
                 return
             number += 1
@@ -495,12 +501,12 @@ class KvEventsSource:
                 raise TraceInputError(
                     Finding(ErrorClass.parse, f"frame of {length} bytes exceeds the cap", line=number)
                 )
-            payload = self._stream.read(length)
+            payload = read_exactly(self._stream, length)
             if len(payload) < length:
                 raise TraceInputError(Finding(ErrorClass.parse, "truncated frame payload", line=number))
             try:
                 yield number, seq, _decode_payload(payload)
             except (msgspec.ValidationError, msgspec.DecodeError) as error:
-                raise _undecidable(
+                raise unmet(
                     P.joinable_backend_events, f"frame is not a KVEventBatch: {error}", number
                 ) from None
