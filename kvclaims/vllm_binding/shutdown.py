@@ -7,6 +7,10 @@ vLLM's engine core ends in one of these ways, and each must end the trace with `
   is given time to: the API server's `--shutdown-timeout`): reason `engine_shutdown`, or the
   signal that started it (`SIGTERM`, `SIGINT`), recorded by a handler chained in front of
   whatever handler the process had;
+- a signal that reached vLLM's engine-core handler (which always stops the engine: it serves
+  what is in flight, then tears down): `engine_stopping()` turns true, and the scheduler closes
+  the trace with the signal's name as soon as the engine has no request left, before vLLM's
+  teardown (worker exit, garbage collection), which can outlast the server's shutdown timeout;
 - a signal whose previous handling was the default (an in-process engine): the handler
   records the signal and raises `SystemExit`, so the interpreter unwinds and `atexit` closes
   the trace with the signal's name;
@@ -32,6 +36,8 @@ _SIGNALS: dict[int, CloseReason] = {
     signal.SIGTERM: CloseReason.SIGTERM,
     signal.SIGINT: CloseReason.SIGINT,
 }
+ENGINE_CORE_MODULE = "vllm.v1.engine.core"
+"""Where vLLM's engine-core process defines its termination handler (`run_engine_core`)."""
 
 
 class Closable(Protocol):
@@ -44,6 +50,7 @@ class _Watch:
     def __init__(self) -> None:
         self.sinks: weakref.WeakSet[Any] = weakref.WeakSet()
         self.signal: CloseReason | None = None
+        self.engine_stopping = False
         self.installed = False
 
 
@@ -69,9 +76,20 @@ def reason(default: CloseReason) -> CloseReason:
     return _WATCH.signal or default
 
 
+def engine_stopping() -> bool:
+    """Whether a termination signal reached vLLM's engine-core handler: the engine then serves
+    nothing new, and once it is idle nothing more happens to its claims."""
+    return _WATCH.engine_stopping
+
+
 def _chained(previous: Any) -> Any:
+    stops_engine = getattr(previous, "__module__", None) == ENGINE_CORE_MODULE
+
     def handler(number: int, frame: FrameType | None) -> None:
-        _WATCH.signal = _SIGNALS[number]
+        # The first signal is the one that started the shutdown (Ctrl-C reaches every process
+        # of the group; vLLM's API server then sends the engine core SIGTERM as well).
+        _WATCH.signal = _WATCH.signal or _SIGNALS[number]
+        _WATCH.engine_stopping |= stops_engine
         if callable(previous):
             previous(number, frame)
         elif previous == signal.SIG_DFL:
