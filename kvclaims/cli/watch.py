@@ -305,8 +305,9 @@ class Watcher:
         self.verdict: Any = None
         self._reported = 0
 
-    def check(self) -> Any:
-        """The stream's verdict (waits for it)."""
+    def check(self, *, minimize: bool) -> Any:
+        """The stream's verdict (waits for it); `minimize`: a rejection with its minimal prefix
+        (the part read so far, re-read)."""
         raise NotImplementedError
 
     def run(self) -> None:
@@ -316,11 +317,31 @@ class Watcher:
             sys.stdout.flush()
         else:
             stdout_console().print(f"watching {escape(self.name)}")
-        self.verdict = self.check()
+        # Report at once; shrinking a rejection to its minimal prefix is quadratic in the
+        # steps before it (a second pass over what was read), so it follows the report.
+        self.verdict = self.check(minimize=False)
         self.metrics.state(self.name, self.verdict.outcome.value)
         if self.stop.is_set():
             return
         self.report(self.verdict, {})
+        if self.verdict.counterexample is not None:
+            minimized = self.check(minimize=True).counterexample
+            if minimized is not None and minimized.minimal_prefix:
+                self.report_prefix(minimized)
+
+    def report_prefix(self, counterexample: Any) -> None:
+        if self.as_json:
+            prefix = [
+                {"line": p.line, "event": p.event, "summary": p.summary}
+                for p in counterexample.minimal_prefix
+            ]
+            print_json({"path": self.name, "minimal_prefix": prefix})
+            sys.stdout.flush()
+        else:
+            from kvclaims.refinement.rendering import prefix_lines
+
+            for line in prefix_lines(counterexample):
+                stdout_console().print(escape(line))
 
     def report(self, verdict: Any, extra: dict[str, Any]) -> None:
         if self.as_json:
@@ -351,15 +372,14 @@ class FileWatcher(Watcher):
         super().__init__(str(path), interval, metrics, stop, **kw)
         self.path = path
 
-    def check(self) -> Any:
+    def check(self, *, minimize: bool) -> Any:
         from kvclaims.refinement.abstractions.kvclaims_v1 import FORMAT
         from kvclaims.refinement.api import check_source
 
+        if minimize:  # the file as it is now: the rejection lies in the part already read
+            return check_source(lambda: self.path.open("rb"), name=self.name, format=FORMAT, open=True)
         return check_source(
-            lambda: Follow(self.path, self.interval, self),
-            name=self.name,
-            format=FORMAT,
-            reopen=lambda: self.path.open("rb"),
+            lambda: Follow(self.path, self.interval, self), name=self.name, format=FORMAT, minimize=False
         )
 
 
@@ -381,20 +401,18 @@ class ZmqWatcher(Watcher):
         self.follow = ZmqFollow(socket, interval, self)
         self.registry = registry
 
-    def check(self) -> Any:
+    def check(self, *, minimize: bool) -> Any:
         import io
 
         from kvclaims.refinement.abstractions.vllm_kv_events import FORMAT
         from kvclaims.refinement.api import check_source
 
         follow = self.follow
-        return check_source(
-            lambda: follow,
-            name=self.name,
-            format=FORMAT,
-            registry=self.registry,
-            reopen=lambda: io.BytesIO(bytes(follow.history or b"")),
-        )
+        if minimize:  # the batches read so far (none kept past HISTORY_CAP: no prefix then)
+            opener: Any = lambda: io.BytesIO(bytes(follow.history or b""))  # noqa: E731
+        else:
+            opener = lambda: follow  # noqa: E731
+        return check_source(opener, name=self.name, format=FORMAT, registry=self.registry, minimize=minimize)
 
     def report(self, verdict: Any, extra: dict[str, Any]) -> None:
         at = verdict.counterexample.line if verdict.counterexample is not None else None
