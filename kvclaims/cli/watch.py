@@ -45,7 +45,7 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Self
 from urllib.parse import urlsplit
 
 import click
@@ -107,7 +107,20 @@ class Metrics:
             self.server.shutdown()
 
 
-class Follow:
+class _Stream:
+    """A followed stream is its own context manager (the checker opens it with `with`)."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Follow(_Stream):
     """A binary stream over a growing trace file for the checker's source: `read` waits for
     new bytes and returns b"" only once the file's `trace_closed` line was read (then what
     follows it at that moment, then b"") or `stop` is set. A file that shrinks is an error."""
@@ -157,12 +170,6 @@ class Follow:
         if self._file is not None:
             self._file.close()
 
-    def __enter__(self) -> Follow:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 def zmq_subscriber(endpoint: str, topic: str) -> Any:
     """A SUB socket on `endpoint` (`tcp://` on a loopback host only) subscribed to `topic`:
@@ -199,7 +206,7 @@ class _Stamp(msgspec.Struct, array_like=True):
     ts: float
 
 
-class ZmqFollow:
+class ZmqFollow(_Stream):
     """vLLM's live KV-event batches, received on a ZMQ SUB socket, as a binary stream in the
     msgpack capture format the vllm-kv-events reader reads (`seq | length | payload` frames, the
     payload verbatim). `read` waits for a batch and returns b"" only once `stop` is set.
@@ -274,12 +281,6 @@ class ZmqFollow:
 
     def close(self) -> None:
         self._socket.close()
-
-    def __enter__(self) -> ZmqFollow:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class Watcher:
