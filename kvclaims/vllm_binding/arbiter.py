@@ -210,6 +210,8 @@ class ClaimArbiter:
         self._depth = 0
         self._pins_suspect = False
         self.sink: EventSink = self._open_sink()
+        if self.sink.enabled:
+            shutdown.on_engine_stop(self.stop_when_idle)
         self.offload: ClaimOffload | None = ClaimOffload.attach(self, scheduler)
         """The CPU-tier side (offload, restore, restoration failures); None without the
         binding's connector."""
@@ -254,11 +256,15 @@ class ClaimArbiter:
         """A vLLM entry point returns. Events were emitted at consistent points; the outermost
         return hands them to the trace file, whose flusher gets them to the OS within its
         bound even if the engine then goes idle."""
-        self._depth -= 1
-        if self._depth == 0:
+        if self._depth > 1:
+            self._depth -= 1
+            return
+        try:  # still inside until the hand-over is done (see `stop_when_idle`)
             if self._finished:
                 self._drain_finished()
             self.sink.flush()
+        finally:
+            self._depth -= 1
 
     @contextmanager
     def entry(self) -> Iterator[None]:
@@ -277,6 +283,16 @@ class ClaimArbiter:
             claim_id=claim_id,
             request_id=None if request_id is None else trace_request_id(request_id),
         )
+
+    def stop_when_idle(self) -> None:
+        """The engine is stopping (a termination signal reached vLLM's engine-core handler):
+        close the trace now if no request is left and no binding code runs on this thread.
+        Called from that signal handler too, which runs between two bytecodes of the engine's
+        thread: outside every entry point (vLLM's scheduler methods that change requests all
+        run inside one) nothing is half-written and the request queues are consistent."""
+        if self._depth == 0 and not self._s.has_unfinished_requests():
+            with self.entry():
+                self.close()
 
     def close(self, reason: CloseReason = CloseReason.closed) -> None:
         """End the trace with `trace_closed`: `reason`, or the termination signal that led

@@ -132,14 +132,15 @@ class ClaimSchedulerMixin:
         # after vLLM's teardown, which may be killed at the server's shutdown timeout.
         busy: bool = super().has_requests()  # type: ignore[misc]
         if not busy and engine_stopping():
-            self.kvclaims.close(CloseReason.engine_shutdown)
+            self.kvclaims.stop_when_idle()
         return busy
 
     def shutdown(self) -> None:
         try:
             super().shutdown()  # type: ignore[misc]
         finally:
-            self.kvclaims.close(CloseReason.engine_shutdown)
+            with self.kvclaims.entry():  # not re-entered by the signal handler's early close
+                self.kvclaims.close(CloseReason.engine_shutdown)
 
 
 class ClaimScheduler(ClaimSchedulerMixin, Scheduler):

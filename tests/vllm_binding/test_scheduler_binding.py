@@ -395,3 +395,23 @@ def test_after_the_engines_stop_signal_the_trace_closes_once_nothing_is_left(
     assert closing["event"] == "trace_closed" and closing["reason"] == "SIGTERM"
     assert any(json.loads(line)["event"] == "request_finished" for line in path.read_text().splitlines()[1:])
     accepted(path)
+
+
+def test_the_signal_handlers_early_close_acts_only_on_an_idle_engine_outside_the_binding(
+    tmp_path: Path,
+) -> None:
+    """`stop_when_idle` also runs from the signal handler, between two bytecodes of the engine's
+    thread: never while a request is queued, never inside a binding entry point (a half-written
+    hand-over), at once otherwise."""
+    arbiter_lane = lane(tmp_path)
+    arbiter = arbiter_lane.scheduler.kvclaims
+    arbiter_lane.add("r", tokens("a", 2))
+    arbiter.stop_when_idle()
+    assert not arbiter.sink.closed  # a request is waiting
+    arbiter_lane.run()
+    with arbiter.entry():
+        arbiter.stop_when_idle()
+        assert not arbiter.sink.closed  # inside the binding
+    arbiter.stop_when_idle()
+    assert arbiter.sink.closed
+    accepted(tmp_path / "trace.ndjson")

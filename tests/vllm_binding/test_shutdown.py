@@ -99,9 +99,16 @@ def handler(number, frame):
 handler.__module__ = sys.argv[1]
 signal.signal(signal.SIGTERM, handler)
 shutdown.guard(TraceSink.open(sys.argv[2], TraceHeader(kvclaims_trace=1, usable_blocks=8)))
+
+class Engine:
+    stopped = 0
+    def stop(self):
+        self.stopped += 1
+engine = Engine()
+shutdown.on_engine_stop(engine.stop)
 before = shutdown.engine_stopping()
 os.kill(os.getpid(), signal.SIGTERM)
-print(before, shutdown.engine_stopping(), shutdown.reason(shutdown.CloseReason.closed))
+print(before, shutdown.engine_stopping(), shutdown.reason(shutdown.CloseReason.closed), engine.stopped)
 """
     environment = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     answers = {}
@@ -115,5 +122,5 @@ print(before, shutdown.engine_stopping(), shutdown.reason(shutdown.CloseReason.c
         )
         assert result.returncode == 0, result.stderr
         answers[module] = result.stdout.split()
-    assert answers["vllm.v1.engine.core"] == ["False", "True", "SIGTERM"]
-    assert answers["my_app"] == ["False", "False", "SIGTERM"]
+    assert answers["vllm.v1.engine.core"] == ["False", "True", "SIGTERM", "1"]
+    assert answers["my_app"] == ["False", "False", "SIGTERM", "0"]
