@@ -92,7 +92,8 @@ def on_engine_stop(callback: Any) -> None:
     vLLM's, when the signal reached vLLM's engine-core handler. It runs on the engine's thread
     between two of its bytecodes: it must do nothing unless that thread is outside the
     binding."""
-    _WATCH.stoppers.append(weakref.WeakMethod(callback))
+    live = [reference for reference in _WATCH.stoppers if reference() is not None]
+    _WATCH.stoppers = [*live, weakref.WeakMethod(callback)]  # replaced whole: the handler iterates
 
 
 def _chained(previous: Any) -> Any:

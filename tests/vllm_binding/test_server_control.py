@@ -68,6 +68,11 @@ def test_watch_reports_the_live_servers_planted_violation_and_sigint_still_close
             client, tokens + engine_prompt("source:tail", 5), claim("claim:A", "offloadable", 4)
         )
         assert source.model_extra["stop_reason"] == "kvclaims:claim_accepted:claim:A"
+        # watch is following (started and caught up) before the violation: what is measured
+        # below is its delay, not its start-up
+        progress, _ = watch_line(watcher, "events")
+        while progress["events"] == 0:
+            progress, _ = watch_line(watcher, "events")
         complete(client, engine_prompt("pressure", PRESSURE_BLOCKS * 32))  # offloads claim:A
         reuse, _ = complete(
             client,
