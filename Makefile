@@ -11,7 +11,7 @@ VLLM_STAMP := $(VENV)/.kvclaims-vllm-installed
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,ray]'
 	touch $@
 
 setup: $(STAMP)

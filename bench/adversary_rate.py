@@ -20,6 +20,7 @@ from pathlib import Path
 
 from kvclaims.refinement import check_bytes
 from kvclaims.solver.adversary import CLASSES, run_adversary
+from kvclaims.solver.parallel import available_cores
 from kvclaims.solver.positives import positive_rows
 from kvclaims.solver.traces import CLASSES as TRACE_CLASSES
 from kvclaims.solver.traces import generate
@@ -32,6 +33,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=available_cores(), help="worker processes")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="kvclaims-adversary-"))
@@ -40,7 +42,7 @@ def main() -> None:
     for n in range(args.repeat):
         shutil.rmtree(out / "descriptors", ignore_errors=True)
         wall0, cpu0 = time.perf_counter(), time.process_time()
-        report = run_adversary(rows, out, budget_s=3600)
+        report = run_adversary(rows, out, budget_s=3600, jobs=args.jobs)
         wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
         runs.append((report.distinct, wall, cpu))
         closed = not report.not_failing_closed and not report.disagreements

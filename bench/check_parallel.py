@@ -1,6 +1,7 @@
-"""`kvclaims check DIR`: sequential (`--jobs 1`) against parallel (`--jobs N`) wall time.
+"""`kvclaims check DIR`: sequential (`--jobs 1`) against parallel (`--jobs N`) and Ray wall time.
 
     .venv/bin/python bench/check_parallel.py [--traces 64] [--events 20000] [--jobs N] [--repeat 3]
+    unshare -n sh -c 'ip link set lo up && exec .venv/bin/python bench/check_parallel.py --ray'
 
 Writes --traces valid trace v1 files of --events events each (`generate_valid_trace`, one seed
 per file) into a temporary directory, adds the seed artifact's corpus (`/work/shared/corpus` or
@@ -9,6 +10,12 @@ with jobs=1 and jobs=N (default: every core), alternately, --repeat times each. 
 time includes starting the worker processes, as the command pays it. Prints the best time of
 each, the speedup ratio taken within this run, and the efficiency (speedup / workers); checks
 that both runs gave the same verdicts in the same order. Nothing is asserted about speed.
+
+`--ray` adds two Ray modes (the ray extra; Ray listens on every interface, so run it in a
+loopback-only network namespace as above): `ray-cold`, where each run starts a local cluster of
+--jobs CPUs and stops it (what `kvclaims check --ray` pays), and `ray-warm`, one cluster kept
+for every run (what a standing cluster pays). Also prints the per-core rate (events checked per
+second by one process) and the cores a fleet needs at that rate (see docs/checking-at-scale.md).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from pathlib import Path
 
 from kvclaims.cli.check import check_files, trace_files
 from kvclaims.refinement.corpus import default_corpus
+from kvclaims.refinement.fanout import LOCAL, RAY_OBJECT_STORE_BYTES
 from kvclaims.refinement.testing import generate_valid_trace
 
 
@@ -43,6 +51,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel workers")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs of each mode")
     parser.add_argument("--no-corpus", action="store_true", help="generated traces only")
+    parser.add_argument("--ray", action="store_true", help="add the Ray modes (see above)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="kvclaims-check-parallel-") as scratch:
@@ -63,25 +72,54 @@ def main() -> None:
             + (f", plus the corpus at {corpus}" if len(targets) > 1 else "")
             + f"), {size / 2**20:.1f} MiB"
         )
-        best = {1: float("inf"), args.jobs: float("inf")}
+        modes = {"jobs=1": {"jobs": 1}, f"jobs={args.jobs}": {"jobs": args.jobs}}
+        if args.ray:
+            modes |= {
+                "ray-cold": {"jobs": args.jobs, "ray_address": LOCAL},
+                "ray-warm": {"jobs": args.jobs, "ray_address": LOCAL},
+            }
+        best = dict.fromkeys(modes, float("inf"))
         answers = {}
         for _ in range(args.repeat):
-            for jobs in (1, args.jobs):
+            for mode, options in modes.items():
+                warm = mode == "ray-warm"
+                if warm:
+                    _start_ray(args.jobs)
                 started = time.perf_counter()
-                verdicts = check_files(files, jobs=jobs)
-                best[jobs] = min(best[jobs], time.perf_counter() - started)
-                answers[jobs] = [v.to_json() for v in verdicts]
-        same = answers[1] == answers[args.jobs]
-        outcomes = Counter(v["outcome"] for v in answers[1])
-        print(f"verdicts: {dict(outcomes)}; identical in both modes: {same}")
-        sequential, parallel = best[1], best[args.jobs]
-        speedup = sequential / parallel
+                verdicts = check_files(files, **options)
+                best[mode] = min(best[mode], time.perf_counter() - started)
+                answers[mode] = [v.to_json() for v in verdicts]
+                if warm:
+                    _stop_ray()
+        first = next(iter(answers.values()))
+        same = all(answer == first for answer in answers.values())
+        outcomes = Counter(v["outcome"] for v in first)
+        print(f"verdicts: {dict(outcomes)}; identical in every mode: {same}")
+        sequential = best["jobs=1"]
         workers = min(args.jobs, len(files))
-        print(f"jobs=1: {sequential:.3f} s (best of {args.repeat})")
-        print(f"jobs={args.jobs}: {parallel:.3f} s (best of {args.repeat})")
-        print(f"speedup: {speedup:.2f}x on {workers} workers (efficiency {speedup / workers:.0%})")
+        for mode, seconds in best.items():
+            speedup = sequential / seconds
+            print(
+                f"{mode}: {seconds:.3f} s (best of {args.repeat}); speedup {speedup:.2f}x "
+                f"(efficiency {speedup / (1 if mode == 'jobs=1' else workers):.0%})"
+            )
+        total = sum(v["events"] for v in first)  # as the checker counted them
+        rate = total / sequential
+        print(f"per-core rate: {rate:,.0f} events/s ({total} events in {sequential:.3f} s on one core)")
         if not same:
-            raise SystemExit("the parallel run's verdicts differ from the sequential run's")
+            raise SystemExit("the modes' verdicts differ")
+
+
+def _start_ray(cpus: int) -> None:
+    import ray
+
+    ray.init(num_cpus=cpus, include_dashboard=False, object_store_memory=RAY_OBJECT_STORE_BYTES)
+
+
+def _stop_ray() -> None:
+    import ray
+
+    ray.shutdown()
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ area `kvclaims` itself (whose `__init__` imports nothing at import time)."""
 EXTERNAL: dict[str, frozenset[str]] = {
     "vllm": frozenset({"vllm_binding", "lab"}),
     "z3": frozenset({"solver"}),
+    "ray": frozenset({"refinement"}),
 }
 """Third-party top-level package -> the only areas that may import it."""
 

@@ -61,6 +61,12 @@ def out_option(help: str, *, default: Path | None = None, required: bool = False
     )
 
 
+def jobs_option(help: str):
+    """`-j/--jobs N`: worker processes (the one spelling for every command; default: one per
+    core this process may use, which the command works out)."""
+    return click.option("-j", "--jobs", type=click.IntRange(min=1), metavar="N", help=help)
+
+
 def descriptors_option(help: str):
     """`--descriptors DIR`: runtime descriptors to read, by default the ones shipped with kvclaims."""
     from kvclaims.bundled import DESCRIPTORS

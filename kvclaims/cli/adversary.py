@@ -26,6 +26,7 @@ from kvclaims.bundled import DESCRIPTORS
 from kvclaims.cli._common import (
     Exit,
     descriptors_option,
+    jobs_option,
     json_option,
     out_option,
     print_json,
@@ -40,6 +41,7 @@ from kvclaims.cli.prove import progress_steps
 def run(args: argparse.Namespace) -> int:
     from kvclaims.refinement import check_bytes
     from kvclaims.solver.adversary import CLASSES, run_adversary
+    from kvclaims.solver.parallel import available_cores
     from kvclaims.solver.positives import positive_rows
     from kvclaims.solver.traces import CLASSES as TRACE_CLASSES
     from kvclaims.solver.traces import generate
@@ -48,7 +50,12 @@ def run(args: argparse.Namespace) -> int:
     rows = positive_rows(args.descriptors)
     with progress_steps(0, "adversarial descriptors") as advance:
         report = run_adversary(
-            rows, args.out, seed=args.seed, budget_s=args.budget, on_mutant=lambda m: advance(m.mutation)
+            rows,
+            args.out,
+            seed=args.seed,
+            budget_s=args.budget,
+            on_mutant=lambda m: advance(m.mutation),
+            jobs=args.jobs or available_cores(),
         )
     if not quiet:
         print_table(
@@ -109,11 +116,12 @@ def demo_stage(out: Path) -> str:
     """`kvclaims demo`: the adversary over the shipped descriptors, into OUT/adversary."""
     from kvclaims.refinement import check_bytes
     from kvclaims.solver.adversary import CLASSES, run_adversary
+    from kvclaims.solver.parallel import available_cores
     from kvclaims.solver.positives import positive_rows
     from kvclaims.solver.traces import generate
 
     rows = positive_rows(DESCRIPTORS)
-    report = run_adversary(rows, out / "adversary", budget_s=300)
+    report = run_adversary(rows, out / "adversary", budget_s=300, jobs=available_cores())
     traces = generate(out / "adversary", check_bytes)
     failures = len(report.not_failing_closed) + len(report.disagreements) + len(traces.missing_classes)
     closed = "all" if not report.not_failing_closed else f"{len(report.not_failing_closed)} NOT"
@@ -141,6 +149,7 @@ def demo_stage(out: Path) -> str:
 @click.option("--seed", type=int, default=0, show_default=True, metavar="N", help="solver seed")
 @descriptors_option("positive rows")
 @click.option("--no-traces", is_flag=True, help="descriptors only")
+@jobs_option("search positive rows in N processes (default: one per core); the output is the same")
 @json_option
 def command(**options: object) -> int:
     return runs(run)(**options)

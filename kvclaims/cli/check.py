@@ -2,11 +2,16 @@
 
 TRACE is a trace file, a directory (searched recursively for *.jsonl, *.ndjson, *.msgpack,
 *.kvevents), or `-` for a trace on stdin. `--format auto` (the default) recognises kvclaims
-trace v1 and the foreign vocabularies: blockpool, offload-hook, pydev-connector, vllm-kv-events
-(which needs `--registry`, an external claim registry). A rejection prints its counterexample
+trace v1 and the foreign vocabularies: blockpool, offload-hook, pydev-connector, and the KV
+block events of vLLM, TensorRT-LLM and SGLang (`vllm-kv-events`, `trtllm-kv-events`,
+`sglang-kv-events`: each needs `--registry`, an external claim registry; SGLang's frames look
+like vLLM's, so name `--format sglang-kv-events`). A rejection prints its counterexample
 with the surrounding events; several traces print one summary table (in file order) and the
 totals by outcome. Several traces are checked in parallel, one process per core: `--jobs N` sets
 the number of processes, `--jobs 1` checks them one after another; the verdicts are the same.
+`--ray ADDRESS` checks each trace as a Ray task on that cluster (`--ray` alone: a local cluster
+of `--jobs` CPUs started for the run), verdicts streamed back in file order, the same verdicts;
+every node must see the traces at the same paths and run the same kvclaims (checked).
 `--json` prints one JSON line per trace (the same shape for one trace or many). Each suffix may
 also be gzip-compressed (*.gz). `--strict` makes a field outside trace v1 invalid input instead
 of context kept unchecked (a misspelt field is invalid either way).
@@ -25,14 +30,15 @@ Exit codes (the worst over all traces): 0 accepted, 1 rejected, 2 invalid input,
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +46,7 @@ import click
 
 from kvclaims.cli._common import (
     PathType,
+    jobs_option,
     json_option,
     print_json_lines,
     print_table,
@@ -47,6 +54,7 @@ from kvclaims.cli._common import (
     stderr_console,
     stdout_console,
 )
+from kvclaims.refinement import fanout
 from kvclaims.refinement.sources import AUTO, FORMATS
 from kvclaims.spec.errors import InputError, Problem
 
@@ -119,23 +127,28 @@ def run(args: argparse.Namespace) -> int:
     if not files:
         stderr_console().print("[bold red]error:[/] no trace files found")
         return EXIT_CODES["invalid"]
-    jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
-    with _count_progress(len(files)) as advance:
-        verdicts = check_files(
-            files,
-            format=args.format,
-            registry=args.registry,
-            jobs=jobs,
-            on_done=advance,
-            strict=args.strict,
-            open_prefix=args.open,
+    if args.ray not in (None, fanout.LOCAL) and Path(args.ray).exists():
+        raise InputError(
+            [
+                Problem(
+                    "--ray", f"ADDRESS {args.ray} is a path: put --ray after the traces, or give an address"
+                )
+            ]
         )
-    if args.json:
-        print_json_lines(v.to_json() for v in verdicts)
-    elif len(verdicts) == 1:
-        print_one(verdicts[0])
-    else:
-        _print_summary(verdicts)
+    jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
+    options = CheckOptions(args.format, args.registry, args.strict, args.open)
+    verdicts: list[TraceVerdict] = []
+    with _count_progress(len(files)) as advance:
+        for verdict in stream_verdicts(files, options, jobs=jobs, on_done=advance, ray_address=args.ray):
+            verdicts.append(verdict)
+            if args.json:  # streamed: each line as soon as its trace and those before it are done
+                print_json_lines([verdict.to_json()])
+                sys.stdout.flush()
+    if not args.json:
+        if len(verdicts) == 1:
+            print_one(verdicts[0])
+        else:
+            _print_summary(verdicts)
     worst = Outcome.worst([v.outcome for v in verdicts])
     if args.evidence_out is not None:
         if worst is not Outcome.accepted:
@@ -149,54 +162,84 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_CODES[worst.value]
 
 
+@dataclass(frozen=True)
+class CheckOptions:
+    """How every trace of a run is checked (sent with each unit of work to where it runs)."""
+
+    format: str = AUTO
+    registry: Path | None = None
+    strict: bool = False
+    open_prefix: bool = False
+
+
 def check_files(
     files: list[Path],
     *,
-    format: str = "auto",
+    format: str = AUTO,
     registry: Path | None = None,
     jobs: int = 1,
     on_done: Callable[[], None] | None = None,
     strict: bool = False,
     open_prefix: bool = False,
+    ray_address: str | None = None,
 ) -> list[TraceVerdict]:
-    """The verdict of each file, in the order of `files`, checked by `min(jobs, len(files))`
-    worker processes (in this process when that is 1). `on_done` is called once per finished
-    trace, in completion order. A bad registry raises `InputError` as a sequential run would."""
-    workers = min(jobs, len(files))
-    if workers <= 1 or STDIN in files:
-        verdicts: list[TraceVerdict] = []
+    """The verdict of each file, in the order of `files` (see `stream_verdicts`)."""
+    options = CheckOptions(format, registry, strict, open_prefix)
+    return list(stream_verdicts(files, options, jobs=jobs, on_done=on_done, ray_address=ray_address))
+
+
+def stream_verdicts(
+    files: list[Path],
+    options: CheckOptions,
+    *,
+    jobs: int = 1,
+    on_done: Callable[[], None] | None = None,
+    ray_address: str | None = None,
+) -> Iterator[TraceVerdict]:
+    """The verdict of each file, yielded in the order of `files` as soon as it and those before
+    it are done: checked in this process when `jobs` is 1 (or a trace is stdin), by
+    `min(jobs, len(files))` worker processes, or as Ray tasks on the cluster at `ray_address`
+    (`local`: a cluster of `jobs` CPUs started here). Each trace is one unit of
+    `kvclaims.refinement.fanout`. `on_done` is called once per verdict. A bad registry raises
+    `InputError` as a sequential run would."""
+    if STDIN in files or (jobs <= 1 and ray_address is None):
         for path in files:
             # a byte bar per large file only when no bar over the traces is live (rich shows one)
             with _progress(path, alone=on_done is None) as progress:
-                verdicts.append(_check_one(path, format, registry, strict, open_prefix, progress))
+                verdict = _check_one(path, options, progress)
             if on_done is not None:
                 on_done()
-        return verdicts
-    found: list[Any] = [None] * len(files)  # every slot is filled before it is returned
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {
-            pool.submit(_check_in_worker, path, format, registry, strict, open_prefix): i
-            for i, path in enumerate(files)
-        }
-        try:
-            for future in as_completed(futures):
-                result = future.result()
-                if isinstance(result, list):
-                    raise InputError(result)
-                found[futures[future]] = result
-                if on_done is not None:
-                    on_done()
-        except BaseException:
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
-    return found
+            yield verdict
+        return
+    work = functools.partial(check_unit, options)
+    units = [(path,) for path in files]
+    for result in fanout.stream(work, units, jobs=jobs, ray_address=ray_address, on_done=on_done):
+        if isinstance(result, InputProblems):
+            raise InputError(list(result.problems))
+        yield from result
 
 
-def _check_one(
-    path: Path, format: str, registry: Path | None, strict: bool, open_prefix: bool, progress: Any = None
-) -> TraceVerdict:
+@dataclass(frozen=True)
+class InputProblems:
+    """The problems of an `InputError` a unit raised: the error does not survive pickling (its
+    constructor takes problems, its args hold text), its problems do."""
+
+    problems: tuple[Problem, ...]
+
+
+def check_unit(options: CheckOptions, unit: fanout.Unit) -> tuple[TraceVerdict, ...] | InputProblems:
+    """The verdicts of one unit of work (here one trace per unit), where the unit runs."""
+    try:
+        return tuple(_check_one(path, options) for path in unit)
+    except InputError as error:
+        return InputProblems(tuple(error.problems))
+
+
+def _check_one(path: Path, options: CheckOptions, progress: Any = None) -> TraceVerdict:
     from kvclaims.refinement.api import check_source, check_trace
 
+    format, registry, strict = options.format, options.registry, options.strict
+    open_prefix = options.open_prefix
     if path != STDIN:
         return check_trace(
             path, format=format, registry=registry, progress=progress, strict=strict, open=open_prefix
@@ -220,17 +263,6 @@ def _reopen(spool: Any) -> Any:
     """A fresh reader over the spooled stdin that leaves the spool itself open."""
     spool.seek(0)
     return open(os.dup(spool.fileno()), "rb", closefd=True)
-
-
-def _check_in_worker(
-    path: Path, format: str, registry: Path | None, strict: bool, open_prefix: bool
-) -> TraceVerdict | list[Any]:
-    """A trace's verdict, or the problems of the `InputError` it raised: an InputError does not
-    survive pickling (its constructor takes problems, its args hold text), its problems do."""
-    try:
-        return _check_one(path, format, registry, strict, open_prefix)
-    except InputError as error:
-        return list(error.problems)
 
 
 class _count_progress:
@@ -384,19 +416,23 @@ def _write_evidence(out: Path, files: list[Path], verdicts: list[Any]) -> int:
     type=click.Choice([AUTO, *FORMATS]),
     help="trace format",
 )
-@click.option("--registry", type=PathType, metavar="FILE", help="claim registry for vllm-kv-events")
-@click.option(
-    "--jobs",
-    type=click.IntRange(min=1),
-    metavar="N",
-    help="check traces in N processes (default: one per core; 1 = sequential)",
-)
+@click.option("--registry", type=PathType, metavar="FILE", help="claim registry for *-kv-events")
+@jobs_option("check traces in N processes (default: one per core; 1 = sequential)")
 @json_option
 @click.option(
     "--open",
     is_flag=True,
     help="judge kvclaims-v1 traces without their trace_closed end as open prefixes "
     "(default: such a trace is truncated, inconclusive)",
+)
+@click.option(
+    "--ray",
+    is_flag=False,
+    flag_value=fanout.LOCAL,
+    default=None,
+    metavar="[ADDRESS]",
+    help="check traces as Ray tasks on the cluster at ADDRESS (alone: a local cluster of --jobs "
+    "CPUs; needs the ray extra; Ray listens on every interface)",
 )
 @click.option("--strict", is_flag=True, help="refuse fields outside trace v1 (default: keep as context)")
 @click.option("--evidence-out", type=PathType, metavar="FILE", help="write evidence items (accepted only)")

@@ -3,8 +3,9 @@ bundled traces, plus every trace this run makes.
 
 Runs every stage in order: the lowering matrix over the shipped descriptors, the JSON Schemas,
 an external labelled trace corpus when this machine has one (skipped, and said so, otherwise),
-the MicroRuntime scenarios, the Z3 proofs, the adversary, the vLLM scheduler and engine lanes
-(skipped, and said so, when vLLM is not installed), a refinement check of every trace this run
+the MicroRuntime scenarios, the Z3 proofs, the adversary, the vLLM scheduler, engine and hybrid
+lanes (skipped, and said so, when vLLM is not installed; the hybrid lane is seed 002's resume
+and a caught corruption on a tiny hybrid model), a refinement check of every trace this run
 wrote, and the pictures; the check of every trace includes the bundled trace corpus (the traces
 the shipped descriptors cite as evidence). Then writes DIR/REPORT.md, the one document that
 answers: does my runtime surface conform, did this run conform, are the rules sound.
@@ -36,6 +37,7 @@ from kvclaims.cli.report import NOT_RUN, Stage
 from kvclaims.cli.scenario import demo_stage as scenario_demo_stage
 from kvclaims.cli.vllm import demo_stage as vllm_demo_stage
 from kvclaims.cli.vllm import engine_demo_stage as vllm_engine_demo_stage
+from kvclaims.cli.vllm import hybrid_demo_stage as vllm_hybrid_demo_stage
 from kvclaims.report.verdicts import FoundTrace
 from kvclaims.spec.errors import InputError, Problem
 
@@ -102,6 +104,7 @@ STAGES: tuple[tuple[str, Stage], ...] = (
     ("adversary (Z3)", adversary_demo_stage),
     ("vLLM scheduler lane", vllm_demo_stage),
     ("vLLM engine lane", vllm_engine_demo_stage),
+    ("vLLM hybrid lane", vllm_hybrid_demo_stage),
     ("check every trace", functools.partial(report.check_every_trace, _this_runs_traces)),
     ("pictures", functools.partial(report.pictures, sweep=True, timeline_from=_demo_timeline)),
 )

@@ -25,6 +25,7 @@ import click
 from kvclaims.cli._common import (
     Exit,
     descriptors_option,
+    jobs_option,
     json_option,
     note_skipped_descriptor,
     out_option,
@@ -38,11 +39,13 @@ from kvclaims.spec.errors import InputError, Problem
 
 if TYPE_CHECKING:
     from kvclaims.solver.proofs import ProofObligation
+    from kvclaims.solver.upgrades import Upgrade
+    from kvclaims.spec.descriptor import Descriptor
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvclaims.solver.obligations import all_obligations
-    from kvclaims.solver.proofs import run_obligation
+    from kvclaims.solver.obligations import all_obligations, run_named_obligation
+    from kvclaims.solver.parallel import OrderedPool, available_cores
     from kvclaims.solver.report import drifted, drifted_files, write_files, write_results
 
     obligations = all_obligations()
@@ -63,10 +66,17 @@ def run(args: argparse.Namespace) -> int:
     selected = _select(obligations, args.names)
     complete = len(selected) == len(obligations)
     results = []
-    with progress_steps(len(selected), "proving") as advance:
-        for obligation in selected:
-            results.append(run_obligation(obligation))
-            advance(obligation.name)
+    # Everything is submitted before the progress bar starts its thread: workers are forked.
+    loaded = _descriptors(args.descriptors) if complete and args.out is not None else []
+    search = _upgrade_search(args.cache)
+    with OrderedPool(args.jobs or available_cores(), [search, run_named_obligation]) as pool:
+        searched = pool.map(search, loaded)  # the longest tasks first
+        proving = pool.map(run_named_obligation, [o.name for o in selected])
+        with progress_steps(len(selected), "proving") as advance:
+            for result in proving:
+                results.append(result)
+                advance(result.name)
+        found = [upgrade for plans in searched for upgrade in plans]
     proved = sum(1 for r in results if r.proved)
     if args.json:
         print_json_lines(
@@ -88,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     code = Exit.ok if proved == len(results) else Exit.not_sound
     if args.out is None:
         return code
-    generated = _upgrades(args.descriptors, args.out) if complete else {}
+    generated = _upgrade_files(found, args.out) if loaded else {}
     if args.check:
         problems = drifted(results, args.out, complete=complete) + drifted_files(generated)
         for problem in problems:
@@ -103,15 +113,26 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def _upgrades(descriptors: Path, out: Path) -> dict[Path, str]:
-    """The native-upgrade table for the descriptors in `descriptors` (none when it is empty)."""
-    from kvclaims.solver.report import upgrades_files
-    from kvclaims.solver.upgrades import upgrades, upgrades_json, upgrades_markdown
+def _descriptors(descriptors: Path) -> list[tuple[Path, Descriptor]]:
+    """The descriptors for the native-upgrade table (none when the folder has none)."""
     from kvclaims.spec.descriptor import descriptor_paths, load_descriptors
 
     if not descriptors.is_dir() or not descriptor_paths([descriptors]):
-        return {}
-    found = upgrades(load_descriptors([descriptors], on_skip=note_skipped_descriptor))
+        return []
+    return load_descriptors([descriptors], on_skip=note_skipped_descriptor)
+
+
+def _upgrade_search(cache: bool) -> Callable[[tuple[Path, Descriptor]], list[Upgrade]]:
+    from kvclaims.solver.upgrade_cache import cached_descriptor_upgrades
+    from kvclaims.solver.upgrades import descriptor_upgrades
+
+    return cached_descriptor_upgrades if cache else descriptor_upgrades
+
+
+def _upgrade_files(found: list[Upgrade], out: Path) -> dict[Path, str]:
+    from kvclaims.solver.report import upgrades_files
+    from kvclaims.solver.upgrades import upgrades_json, upgrades_markdown
+
     return upgrades_files(out, upgrades_json(found), upgrades_markdown(found))
 
 
@@ -148,12 +169,13 @@ def progress_steps(total: int, label: str) -> Iterator[Callable[[str], None]]:
 
 
 def demo_stage(out: Path) -> str:
-    """`kvclaims demo`: run every obligation into OUT/proofs."""
-    from kvclaims.solver.obligations import all_obligations
-    from kvclaims.solver.proofs import run_obligation
+    """`kvclaims demo`: run every obligation into OUT/proofs, on every core."""
+    from kvclaims.solver.obligations import all_obligations, run_named_obligation
+    from kvclaims.solver.parallel import OrderedPool, available_cores
     from kvclaims.solver.report import write_results
 
-    results = [run_obligation(o) for o in all_obligations()]
+    with OrderedPool(available_cores(), [run_named_obligation]) as pool:
+        results = list(pool.map(run_named_obligation, [o.name for o in all_obligations()]))
     write_results(results, out / "proofs", report=True)
     proved = sum(1 for r in results if r.proved)
     seconds = sum(r.seconds for r in results)
@@ -177,6 +199,14 @@ def demo_stage(out: Path) -> str:
 @click.option("--check", is_flag=True, help="compare with -o DIR instead of writing")
 @descriptors_option("descriptors for the native-upgrades table")
 @click.option("--list", is_flag=True, help="list the obligations and exit")
+@jobs_option("run obligations and descriptors' upgrade searches in N processes (default: one per core)")
+@click.option(
+    "--cache/--no-cache",
+    default=True,
+    show_default=True,
+    help="reuse the native-upgrade search for unchanged descriptors and solver code "
+    "(kept in $KVCLAIMS_CACHE_DIR, else the user cache directory)",
+)
 @json_option
 def command(**options: object) -> int:
     return runs(run)(**options)

@@ -202,7 +202,7 @@ def _run_tiny_model(args: argparse.Namespace) -> int:
     from kvclaims.spec.errors import Problem
 
     try:
-        path = build_tiny_model(args.directory)
+        path = build_tiny_model(args.directory, hybrid=args.hybrid)
     except ImportError as error:
         reason = f"needs torch and transformers, installed with vLLM (make setup-vllm): {error}"
         print_problems([Problem("kvclaims vllm tiny-model", reason)])
@@ -383,6 +383,58 @@ def demo_stage(out: Path) -> str:
     )
 
 
+def hybrid_demo_stage(out: Path) -> str:
+    """`kvclaims demo` stage: seed 002 on one `vllm.LLM` with the tiny hybrid model (CPU) into
+    OUT/vllm-hybrid: a cold run, a two-key claim, resumes compared with the cold run, and one
+    caught corruption (a restore that keeps the stored payload but realizes another value),
+    plus the silent-resume control; raises if a resume differs from the cold run, the
+    corruption is served, or a verdict is not the expected one."""
+    problem = _vllm_problem()
+    if problem is not None:
+        return f"not run: {problem}"
+    import time
+
+    from kvclaims.lab.hybrid_lane import HybridLane, run_resume, run_silent_control
+    from kvclaims.refinement import check_trace
+
+    target = out / "vllm-hybrid"
+    started = time.perf_counter()
+    lane = HybridLane()
+    try:
+        resume = run_resume(lane, target / "hybrid-resume.ndjson", repeats=2, faults=("restore_transposed",))
+        control = run_silent_control(lane, target / "control-silent-resume.ndjson")
+    finally:
+        lane.close()
+    seconds = time.perf_counter() - started
+    caught = resume.caught["restore_transposed"]
+    verdicts = {path.stem: check_trace(path) for path in (resume.trace_path, control.trace_path)}
+    wrong = _hybrid_problems(resume, caught, {name: str(v.outcome) for name, v in verdicts.items()})
+    if wrong:
+        raise RuntimeError("vllm hybrid lane: " + "; ".join(wrong))
+    state_tokens = resume.resumes[0].cached_tokens
+    return (
+        f"tiny Qwen3-Next (alignment mode): {len(resume.resumes)} resumes from a {state_tokens}-token "
+        f"state equal the cold run (max |d logit| {resume.max_abs_diff}); a restore that kept "
+        f"the payload was caught ({caught.stop_reason}); silent-resume control served a "
+        f"{control.served.max_abs_diff(control.cold):.4f}-off first step and was rejected by "
+        f"{verdicts['control-silent-resume'].rule}; {lane.start_seconds:.1f} s start, {seconds:.1f} s in all"
+    )
+
+
+def _hybrid_problems(resume: Any, caught: Any, outcomes: dict[str, str]) -> list[str]:
+    """What in the hybrid lane's demo run is not as seed 002 requires."""
+    problems = []
+    if resume.max_abs_diff != 0.0 or any(r.token_ids != resume.cold.token_ids for r in resume.resumes):
+        problems.append(f"a resume differs from the cold run (max |d logit| {resume.max_abs_diff})")
+    if caught.finish_reason != "abort":
+        problems.append(f"the corrupted resume was served ({caught.finish_reason})")
+    if outcomes["hybrid-resume"] != "accepted":
+        problems.append(f"the resume trace is {outcomes['hybrid-resume']}, not accepted")
+    if outcomes["control-silent-resume"] != "rejected":
+        problems.append(f"the control is {outcomes['control-silent-resume']}, not rejected")
+    return problems
+
+
 def engine_demo_stage(out: Path) -> str:
     """`kvclaims demo` stage: every engine-lane scenario once on one `vllm.LLM` (tiny model,
     CPU) into OUT/vllm-engine, each trace checked by refinement; raises if a verdict is not the
@@ -489,9 +541,13 @@ def _fuzz_command(**options: object) -> int:
 
 @command.command("tiny-model")
 @click.argument("directory", type=PathType, metavar="DIR")
+@click.option(
+    "--hybrid", is_flag=True, help="the tiny hybrid Qwen3-Next (gated delta net + attention; run it in bf16)"
+)
 @json_option
 def _tiny_model_command(**options: object) -> int:
-    """Build the engine lane's tiny random-weight Llama in DIR (needs torch and transformers)."""
+    """Build the engine lane's tiny random-weight Llama (or, with --hybrid, Qwen3-Next) in DIR
+    (needs torch and transformers)."""
     return runs(_run_tiny_model)(**options)
 
 

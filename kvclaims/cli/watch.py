@@ -249,9 +249,9 @@ class ZmqFollow(_Stream):
             raise parse_error(f"a ZMQ message that is not (topic, 8-byte seq, payload): {shape}", number)
         seq = int.from_bytes(parts[1], "big")
         if self.frames == 0 and seq != 0:
-            from kvclaims.refinement.abstractions.vllm_kv_events import P, unmet
+            from kvclaims.refinement.abstractions.kv_event_join import P, undecidable
 
-            raise unmet(
+            raise undecidable(
                 P.joinable_backend_events,
                 f"the first batch received is seq {seq}: batches 0..{seq - 1} were published "
                 "before watch subscribed (start watch before the engine publishes)",

@@ -318,6 +318,7 @@ SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
         "claim_id": (_ID, True),
         "cached_blocks": (_PREFIX, True),
         "predicate_satisfied": (_BOOL, True),
+        "checkpoint": ("checkpoint", False),
     },
     "request_finished": {"request_id": (_ID, True), "status": (_TEXT, True)},
     "block_stored": _BLOCK,
@@ -366,10 +367,27 @@ def _valid(kind: str, value: Any) -> bool:
     if kind == "checkpoint":
         return (
             type(value) is dict
-            and set(value) == {"boundary", "payload_hash", "value_hash"}
+            and {"boundary", "payload_hash", "value_hash"} <= set(value)
+            and set(value) <= {"boundary", "payload_hash", "value_hash", "tensors"}
             and _valid(_PREFIX, value["boundary"])
             and _valid(_ID, value["payload_hash"])
             and _valid(_ID, value["value_hash"])
+            and ("tensors" not in value or _valid("tensors", value["tensors"]))
+        )
+    if kind == "tensors":
+        return value is None or (
+            type(value) is list
+            and all(
+                type(item) is dict
+                and set(item) == {"kind", "layer", "shape", "logical_dtype", "storage_dtype", "layout"}
+                and all(
+                    _valid(_ID, item[name])
+                    for name in ("kind", "layer", "logical_dtype", "storage_dtype", "layout")
+                )
+                and type(item["shape"]) is list
+                and all(_valid(_NAT, size) for size in item["shape"])
+                for item in value
+            )
         )
     if kind == "predicate":
         if type(value) is not dict:
@@ -964,6 +982,12 @@ class Oracle:
                 )
             if claim.phase == "materialized" and claim.tracked and not claim.holds():  # C8
                 raise Violation(LIFECYCLE, f"satisfied reuse of {claim.claim_id} while its blocks fail it")
+            resumed = event.get("checkpoint")
+            if claim.two_key and resumed is not None:  # rule 7, resumed in place
+                if claim.checkpoint != (resumed["boundary"], resumed["value_hash"]):
+                    raise Violation(
+                        TWO_KEY, f"satisfied in-place resume of {claim.claim_id} with another value"
+                    )
         self._reuse_request(request_id)
 
     def _request_finished(self, event: dict[str, Any]) -> None:

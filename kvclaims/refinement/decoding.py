@@ -203,7 +203,10 @@ def event_decoder() -> msgspec.json.Decoder:
 def convert_event(document: Mapping[str, Any]) -> msgspec.Struct:
     """Validate a decoded event mapping (from an abstraction) into its Struct, or raise
     `msgspec.ValidationError`; runs the pydantic model validators where the type needs them."""
-    event = msgspec.convert(document, EventStruct)
+    # the event's own Struct when its name is known: msgspec converts into one Struct about 20
+    # times faster than into the tagged union, with the same checks (the tag is the name)
+    struct = EVENT_STRUCTS.get(document.get("event")) if isinstance(document.get("event"), str) else None
+    event = msgspec.convert(document, struct or EventStruct)
     name = EVENT_NAME[type(event)]
     if name in NEEDS_MODEL_VALIDATION:
         run_model_validators(name, event)

@@ -20,10 +20,14 @@ from kvclaims.spec.evidence import Anchor, EvidenceItem
 from kvclaims.spec.tables import DEPTH_SUPPLIES, WITNESS_OBLIGATIONS
 from kvclaims.spec.vocabulary import AdapterDepth, AnchorKind, EvidenceScope, EvidenceStatus, Obligation
 
-ABSTRACTION_DEPTH: dict[str, AdapterDepth] = {"vllm-kv-events": AdapterDepth.telemetry_join}
+KV_EVENT_FORMATS = ("vllm-kv-events", "sglang-kv-events", "trtllm-kv-events")
+"""Runtimes' block-event captures joined with an external claim registry."""
+
+ABSTRACTION_DEPTH: dict[str, AdapterDepth] = {name: AdapterDepth.telemetry_join for name in KV_EVENT_FORMATS}
 """Formats whose abstraction is itself an adapter of limited depth: a join of vLLM's block
 events with an external registry is a telemetry join, so its traces evidence only what that
-depth may supply (the registry, not the runtime, accepted the claims: no A, no L). Every other
+depth may supply (the registry, not the runtime, accepted the claims: no A, no L); SGLang's and
+TensorRT-LLM's block events likewise. Every other
 format is the runtime's own claim telemetry (native or backend patch): no depth limit."""
 
 ORDERING: dict[str, str] = {
@@ -32,12 +36,15 @@ ORDERING: dict[str, str] = {
     "offload-hook": "event_sequence strictly increasing, checked by kvclaims refinement",
     "pydev-connector": "event_sequence strictly increasing, checked by kvclaims refinement",
     "vllm-kv-events": "publisher batch seq contiguous and strictly increasing (gaps fail closed)",
+    "sglang-kv-events": "publisher batch seq contiguous and strictly increasing (gaps fail closed)",
+    "trtllm-kv-events": "event_id contiguous and strictly increasing (gaps fail closed)",
 }
 """How each format's event order is established."""
 
 CLAIM_SCOPE: dict[str, str] = {
-    "vllm-kv-events": "blocks joined to pre-registered claims of the external claim registry by token "
-    "map and parent hash; all nine telemetry_join preconditions held",
+    name: "blocks joined to pre-registered claims of the external claim registry by token "
+    "map and parent hash; all nine telemetry_join preconditions held"
+    for name in KV_EVENT_FORMATS
 }
 _DEFAULT_SCOPE = (
     "claim_id on every claim event, each resolved to a claim accepted earlier; blocking_claim_ids "

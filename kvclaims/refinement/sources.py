@@ -3,8 +3,10 @@
 A source has `format`, `header` (`HeaderInfo`) and `events()`, an iterator of
 `(line, event_index, Struct | UnknownEvent)`. Trace v1 is read directly; the NDJSON foreign
 vocabularies go through `ForeignSource`, which decodes each record, asks the format's
-abstraction for the v1 steps it stands for and validates every step into its Struct; vLLM KV
-events (msgpack or JSON) are read by `kvclaims.refinement.abstractions.vllm_kv_events`.
+abstraction for the v1 steps it stands for and validates every step into its Struct; runtimes'
+KV block events (vLLM, SGLang, TensorRT-LLM) are joined with a claim registry by
+`kvclaims.refinement.abstractions.kv_event_join`. SGLang's msgpack frames have vLLM's wire
+form, so `auto` reads them as vLLM's: name `sglang-kv-events` for them.
 """
 
 from __future__ import annotations
@@ -20,8 +22,11 @@ from kvclaims.refinement.abstractions import (
     kvclaims_v1,
     offload_hook,
     pydev_connector,
+    sglang_kv_events,
+    trtllm_kv_events,
     vllm_kv_events,
 )
+from kvclaims.refinement.abstractions.kv_event_join import KvEventStream
 from kvclaims.refinement.decoding import convert_event
 from kvclaims.refinement.reader import (
     HeaderInfo,
@@ -70,7 +75,14 @@ _FOREIGN: dict[str, Any] = {
     pydev_connector.FORMAT: pydev_connector.PydevConnectorAbstraction,
 }
 
-FORMATS: tuple[str, ...] = (kvclaims_v1.FORMAT, *_FOREIGN, vllm_kv_events.FORMAT)
+_KV_EVENTS: dict[str, type[KvEventStream]] = {
+    vllm_kv_events.FORMAT: vllm_kv_events.KvEventsSource,
+    sglang_kv_events.FORMAT: sglang_kv_events.SglangKvEventsSource,
+    trtllm_kv_events.FORMAT: trtllm_kv_events.TrtllmKvEventsSource,
+}
+"""Runtimes' block-event captures, each joined with a claim registry (`--registry`)."""
+
+FORMATS: tuple[str, ...] = (kvclaims_v1.FORMAT, *_FOREIGN, *_KV_EVENTS)
 """Every `--format` name, `auto` aside."""
 
 
@@ -169,6 +181,7 @@ def detect(opener: Opener) -> tuple[str, bool]:
         for name, test in (
             (kvclaims_v1.FORMAT, kvclaims_v1.detect),
             (vllm_kv_events.FORMAT, vllm_kv_events.detect_json),
+            (trtllm_kv_events.FORMAT, trtllm_kv_events.detect),
             *((name, cls.detect) for name, cls in _FOREIGN.items()),
         )
         if test(record)
@@ -185,6 +198,6 @@ def open_source(stream: IO[bytes], fmt: str, *, registry: Path | None, strict: b
         return kvclaims_v1.KvclaimsV1Source(stream, strict=strict)
     if fmt in _FOREIGN:
         return ForeignSource(stream, _FOREIGN[fmt])
-    if fmt == vllm_kv_events.FORMAT:
-        return vllm_kv_events.KvEventsSource(stream, registry=registry)
+    if fmt in _KV_EVENTS:
+        return _KV_EVENTS[fmt](stream, registry=registry)
     raise ValueError(f"unknown trace format {fmt!r}")

@@ -20,6 +20,7 @@ LANES = {
     "scenarios": "MicroRuntime scenarios",
     "vllm": "vLLM scheduler lane",
     "vllm-engine": "vLLM engine lane",
+    "vllm-hybrid": "vLLM hybrid lane",
 }
 """Demo output folder -> the lane that wrote its traces."""
 

@@ -17,6 +17,8 @@ restates a fact. Modules, one concern each:
 - `proofs` (+ `lowering_proofs`, `lifecycle_proofs`, `capacity_proofs`, registered in
   `obligations`), `report`: the named
   proof obligations and the committed `proofs/` directory.
+- `parallel`: independent solver tasks on several cores, results in order; `upgrade_cache`:
+  the native-upgrade search per descriptor, cached in the user cache directory.
 - `differential`: Z3-driven search for descriptors the model and `lower` judge differently.
 - `positives`, `adversary`: near-miss descriptors of the positive rows that must fail closed.
 - `traces`: adversarial traces by bounded model checking.

@@ -37,6 +37,7 @@ import z3
 from kvclaims.solver.facts import Facts
 from kvclaims.solver.lowering_model import ConcreteVerdict, SymbolicVerdict, judge
 from kvclaims.solver.lowering_proofs import python_verdict, verdict_json
+from kvclaims.solver.parallel import OrderedPool
 from kvclaims.solver.positives import PositiveRow
 from kvclaims.solver.symbolic import (
     DEFECTS,
@@ -1093,27 +1094,31 @@ def run_adversary(
     classes: tuple[MutationClass, ...] = CLASSES,
     facts: Facts | None = None,
     on_mutant: Callable[[Mutant], None] | None = None,
+    jobs: int = 1,
 ) -> AdversaryReport:
     """Enumerate every class on every positive row; write each distinct mutant as YAML under
-    `out/descriptors/<class>/` (when `out` is given) with `out/descriptors/index.json`."""
+    `out/descriptors/<class>/` (when `out` is given) with `out/descriptors/index.json`.
+
+    Each row is searched on its own (its own `Base` and z3 context), on `jobs` worker processes;
+    mutants are deduplicated and written in row order, so the output does not depend on `jobs`."""
     facts = facts or Facts.reference()
     report = AdversaryReport(seed=seed, bases=[r.ident for r in rows])
     seen: set[str] = set()
     index: list[dict[str, Any]] = []
     started = time.perf_counter()
     target = None if out is None else out / "descriptors"
-    for row in rows:
-        base = Base(row, facts, seed)
-        for mutation in classes:
-            for mutant in mutants(base, mutation):
+    search = _RowSearch(facts, seed, classes)
+    with OrderedPool(jobs, [search]) as pool:
+        searches = pool.map(search, rows)
+        for searched, written in enumerate(searches, start=1):
+            for text, mutant in written:
                 report.generated += 1
-                text = _yaml(mutant)
                 digest = hashlib.sha256(text.encode()).hexdigest()
                 if digest in seen:
                     continue
                 seen.add(digest)
-                report.by_class[mutation.id] = report.by_class.get(mutation.id, 0) + 1
-                entry = _index_entry(mutant, report.by_class[mutation.id])
+                report.by_class[mutant.mutation] = report.by_class.get(mutant.mutation, 0) + 1
+                entry = _index_entry(mutant, report.by_class[mutant.mutation])
                 if target is not None:
                     path = target / entry["file"]
                     path.parent.mkdir(parents=True, exist_ok=True)
@@ -1125,13 +1130,9 @@ def run_adversary(
                     report.disagreements.append(entry | {"document": mutant.document})
                 if on_mutant is not None:
                     on_mutant(mutant)
-                if time.perf_counter() - started > budget_s:
-                    report.complete = False
-                    break
-            if not report.complete:
+            if searched < len(rows) and time.perf_counter() - started > budget_s:
+                report.complete = False  # the rows searched so far: a prefix
                 break
-        if not report.complete:
-            break
     report.seconds = time.perf_counter() - started
     report.distinct = len(seen)
     if target is not None:
@@ -1149,6 +1150,20 @@ def run_adversary(
         }
         (target / "index.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return report
+
+
+@dataclass(frozen=True)
+class _RowSearch:
+    """Every mutant of every class on one positive row, each with the YAML it is written as
+    (rendered in the worker, where the search ran)."""
+
+    facts: Facts
+    seed: int
+    classes: tuple[MutationClass, ...]
+
+    def __call__(self, row: PositiveRow) -> list[tuple[str, Mutant]]:
+        base = Base(row, self.facts, self.seed)
+        return [(_yaml(m), m) for mutation in self.classes for m in mutants(base, mutation)]
 
 
 def _index_entry(mutant: Mutant, number: int) -> dict[str, Any]:

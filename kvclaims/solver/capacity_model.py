@@ -62,8 +62,12 @@ class CapacityTerms:
             header_usable=None if header_usable is None else job.val(header_usable),
         )
 
+    def values(self) -> list[z3.ArithRef]:
+        """The refusal's numbers in `CAPACITY_FIELDS` order."""
+        return [self.protected, self.active, self.resident_plus_active, self.usable, self.shortfall]
+
     def non_negative(self) -> z3.BoolRef:
-        numbers = [self.protected, self.active, self.resident_plus_active, self.usable, self.shortfall]
+        numbers = self.values()
         if self.header_usable is not None:
             numbers.append(self.header_usable)
         return z3.And([n >= 0 for n in numbers])

@@ -23,7 +23,7 @@ ANCHOR_LIVE_TRACE: dict[str, int] = {
 
 
 def _counterexample(model: z3.ModelRef, terms: CapacityTerms) -> dict[str, Any]:
-    values = [terms.protected, terms.active, terms.resident_plus_active, terms.usable, terms.shortfall]
+    values = terms.values()
     found = {
         name: model.eval(v, model_completion=True).as_long()
         for name, v in zip(CAPACITY_FIELDS, values, strict=True)

@@ -85,6 +85,14 @@ def _summary(result: ProofResult) -> list[str]:
             if w.get("found") and w.get("python_agrees", w.get("python_replay_agrees"))
         )
         found.append(f"witnesses found and re-checked in Python: {ok}/{len(detail['witnesses'])}")
+    if "vacuity_witnesses" in detail:
+        witnesses = detail["vacuity_witnesses"]
+        ok = sum(1 for w in witnesses.values() if w.get("system_model") == "accepted")
+        found.append(f"vacuity witnesses accepted by the system model: {ok}/{len(witnesses)}")
+    if "without_the_rule" in detail:
+        without = detail["without_the_rule"]
+        shown = ", ".join(f"{guard}: {w.get('system_model', 'not found')}" for guard, w in without.items())
+        found.append(f"without the rule's guard, the counterexample replays as: {shown}")
     if "transitions" in detail:
         fired = sum(1 for t in detail["transitions"] if t.get("fires"))
         found.append(f"transition rows that fire: {fired}/{len(detail['transitions'])}")

@@ -12,6 +12,14 @@ legal trace that ends owing something). Capacity classes end with a legal refusa
 break exactly one check of `kvclaims.solver.capacity_model`, chosen by Z3 `Optimize` as close
 as possible to consistent numbers.
 
+The rules that judge more than the lifecycle (terms, capacity_state, duration, block_identity,
+confirmed restores) enter as *variant* actions, each a lifecycle event written with something
+that rule judges (changed terms, an overclaimed protected term, an early expiry, a removal
+quoting other content, a restore nothing confirms). A class opts into the variants it names;
+the rest of the search sees the plain actions only. Each such class names its conforming twin:
+the same path with the variant replaced by its plain action (same length), which the checker
+accepts.
+
 Each path is written as a kvclaims trace v1 file and checked by the refinement checker
 (`kvclaims.refinement.check_trace`): a generated trace counts only when it is rejected with
 the class's rule at its planted step; any other answer blocks that path and the search goes on.
@@ -22,6 +30,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +50,7 @@ from kvclaims.spec.tracefile import closing_line
 from kvclaims.spec.vocabulary import ConformanceRule, ProtectionMode
 from kvclaims.statemachine.lifecycle import ClaimProfile, Event, Phase
 from kvclaims.statemachine.requests import RequestEvent, RequestPhase
+from kvclaims.statemachine.system import RESERVING
 
 E, RE = Event, RequestEvent
 CLAIMS = ("claim-a", "claim-b")
@@ -48,13 +58,34 @@ REQUESTS = ("req-1", "req-2")
 HEADER_USABLE = 8
 FOOTPRINT = 2
 ACTIVE_BLOCKS = 7
+PROTECTED_OVERCLAIM = 2 * FOOTPRINT
+"""The protected term of an overclaimed refusal: both claims' footprints."""
+DURATION_MS = 50
+"""The promised duration (`duration_ms`) of a timed class's claim-a."""
 AT_END = "end of trace"
+
+
+class Variant(StrEnum):
+    """How a variant action differs from its plain event (what its rule judges)."""
+
+    accept_downgraded = "accept_downgraded"
+    """`resident_claim_accepted` of a submitted claim on other terms (mode best_effort)."""
+    accept_conditionally = "accept_conditionally"
+    """`resident_claim_conditionally_accepted` with those other terms (the conforming twin)."""
+    overclaimed = "refuse_overclaimed"
+    """A capacity refusal whose protected term is both claims' footprints."""
+    early = "expire_early"
+    """An expiry before the claim's `duration_ms` passed."""
+    other_content = "remove_other_content"
+    """`block_removed` of the claim's first block quoting a hash it was not stored with."""
+    unconfirmed = "restore_unconfirmed"
+    """`resident_claim_restored` without `restored_blocks` (and no block events)."""
 
 
 @dataclass(frozen=True)
 class Action:
     """One step of a trace: a claim event, a request event, or both (`claim` and `request`
-    are indices; `blocking` names claims for conflicts)."""
+    are indices; `blocking` names claims for conflicts; `variant` a rule-judged variant)."""
 
     name: str
     claim: int | None = None
@@ -62,6 +93,7 @@ class Action:
     request: int | None = None
     request_event: RequestEvent | None = None
     blocking: tuple[int, ...] = ()
+    variant: Variant | None = None
 
 
 _CLAIM_ONLY = (
@@ -108,6 +140,14 @@ def _actions() -> tuple[Action, ...]:
             Action(f"{e}({claim},{REQUESTS[request]})", c, e, request, RE.reuse)
             for e in (E.reuse_satisfied, E.reuse_unsatisfied)
         ]
+        V = Variant
+        found += [
+            Action(f"{V.accept_downgraded}({claim})", c, E.accept, variant=V.accept_downgraded),
+            Action(f"{V.accept_conditionally}({claim})", c, E.accept, variant=V.accept_conditionally),
+            Action(f"{V.early}({claim})", c, E.expire, variant=V.early),
+            Action(f"{V.other_content}({claim})", c, E.predicate_broken, variant=V.other_content),
+            Action(f"{V.unconfirmed}({claim},{REQUESTS[c]})", c, E.restore, c, variant=V.unconfirmed),
+        ]
     for r, request in enumerate(REQUESTS):
         found += [Action(f"admit({request})", request=r, request_event=RE.admit)]
         found += [Action(f"finish({request})", request=r, request_event=RE.finish)]
@@ -124,6 +164,15 @@ def _actions() -> tuple[Action, ...]:
             found += [
                 Action(f"defer({request};{names})", request=r, request_event=RE.defer, blocking=blocking)
             ]
+        found += [
+            Action(
+                f"{Variant.overclaimed}({request};{CLAIMS[0]})",
+                request=r,
+                request_event=RE.refuse_capacity,
+                blocking=(0,),
+                variant=Variant.overclaimed,
+            )
+        ]
         found += [
             Action(
                 f"refuse_restoration({request};{CLAIMS[c]})",
@@ -154,16 +203,35 @@ _STATE = (
     "failed_b",
     "owed_a",
     "owed_b",
+    "held_a",
+    "held_b",
+    "unconfirmed_a",
+    "unconfirmed_b",
+    "kv_a",
+    "kv_b",
 )
+"""Claim phases and request phases (integers), then per claim: a restoration pending, a
+restoration failed, a refusal owed, its first block held with the content it stored, a restore
+nothing confirmed, its KV blocks restored since the offload (booleans)."""
+_RESERVING = tuple(PHASES.index(p) for p in sorted(RESERVING))
 
 
 class TraceSystem:
-    """The BMC transition system for fixed claim profiles."""
+    """The BMC transition system for fixed claim profiles, over the plain actions and the
+    `variants` (action names) a class opts into; claim-a has a `duration_ms` when `timed`."""
 
-    def __init__(self, job: Job, profiles: tuple[ClaimProfile, ClaimProfile]) -> None:
+    def __init__(
+        self,
+        job: Job,
+        profiles: tuple[ClaimProfile, ClaimProfile],
+        variants: frozenset[str] = frozenset(),
+        timed: bool = False,
+    ) -> None:
         self.job = job
         self.profiles = profiles
         self.two_key = tuple(p.two_key for p in profiles)
+        self.timed = timed
+        self.enabled = tuple((k, a) for k, a in enumerate(ACTIONS) if a.variant is None or a.name in variants)
         self._phase = job.int("phase")
         self._request_relations: dict[RequestEvent, tuple[z3.BoolRef, z3.ArithRef]] = {}
         int_sort, bool_sort = z3.IntSort(job.ctx), z3.BoolSort(job.ctx)
@@ -196,15 +264,7 @@ class TraceSystem:
         ctx = self.job.ctx
         terms = []
         if action.claim is not None and action.event is not None:
-            c = action.claim
-            terms.append(self._claim(c, action.event, s[c])[0])
-            pending, failed = s[4 + c], s[6 + c]
-            if action.event is E.require_restore:
-                terms += [z3.Not(pending), z3.Not(failed)]
-            if action.event in _FAILURES or (action.event is E.restore and not self.two_key[c]):
-                terms.append(pending)
-            if action.event is E.reuse_satisfied:
-                terms.append(z3.Not(failed))
+            terms += self._claim_terms(s, action.claim, action.event)
         if action.request is not None and action.request_event is not None:
             r = action.request
             terms.append(self._request(action.request_event, s[2 + r])[0])
@@ -212,42 +272,99 @@ class TraceSystem:
                 terms += [z3.Not(s[8 + r]), z3.Not(s[4 + r])]
             if action.request_event is RE.refuse_restoration:
                 terms += [s[8 + b] for b in action.blocking] + [z3.BoolVal(action.blocking == (r,), ctx)]
+            else:  # a capacity conflict blames claims that reserve device blocks (capacity_state)
+                terms += [_in(s[b], _RESERVING) for b in action.blocking]
         for b in action.blocking:
             terms.append(self._claim(b, E.block, s[b])[0])
+        terms += self._variant_terms(s, action)
         return all_of(ctx, terms)
+
+    def _claim_terms(self, s: State, c: int, event: Event) -> list[z3.BoolRef]:
+        terms = [self._claim(c, event, s[c])[0]]
+        pending, failed = s[4 + c], s[6 + c]
+        if event is E.require_restore:
+            terms += [z3.Not(pending), z3.Not(failed)]
+        if event in _FAILURES or (event is E.restore and not self.two_key[c]):
+            terms.append(pending)
+        if event is E.reuse_satisfied:
+            terms += [z3.Not(failed), z3.Not(s[12 + c])]  # no satisfied reuse after an unconfirmed restore
+        if event in (E.restore_checkpoint_match, E.restore_checkpoint_mismatch):
+            terms.append(s[14 + c])  # a two-key claim's KV blocks come back before its checkpoint
+        return terms
+
+    def _variant_terms(self, s: State, action: Action) -> list[z3.BoolRef]:
+        """What the variant's rule adds to its plain action's legality."""
+        ctx, c, variant = self.job.ctx, action.claim, action.variant
+        submitted = z3.BoolVal(False, ctx) if c is None else s[c] == PHASES.index(Phase.submitted)
+        return {
+            None: [],
+            Variant.accept_downgraded: [z3.Not(submitted)],  # a change of terms must be conditional
+            Variant.accept_conditionally: [submitted],
+            Variant.overclaimed: [self._reserved(s) >= PROTECTED_OVERCLAIM],
+            Variant.early: [z3.BoolVal(not (self.timed and c == 0), ctx)],
+            Variant.other_content: [] if c is None else [z3.Not(s[10 + c])],
+            Variant.unconfirmed: [],
+        }[variant]
+
+    def _reserved(self, s: State) -> z3.ArithRef:
+        """The footprints the preserving claims reserve in the device pool."""
+        return z3.Sum(
+            [
+                z3.If(_in(s[c], _RESERVING), self.job.val(FOOTPRINT), self.job.val(0))
+                for c, profile in enumerate(self.profiles)
+                if profile.preserving
+            ]
+            or [self.job.val(0)]
+        )
 
     def effect(self, s: State, action: Action, t: State) -> z3.BoolRef:
         """The state after `action` (where it is legal)."""
         nxt: list[z3.ExprRef] = list(s)
+        true, false = z3.BoolVal(True, self.job.ctx), z3.BoolVal(False, self.job.ctx)
         if action.claim is not None and action.event is not None:
             c = action.claim
             nxt[c] = self._claim(c, action.event, s[c])[1]
             event = action.event
             if event is E.require_restore:
-                nxt[4 + c] = z3.BoolVal(True, self.job.ctx)
+                nxt[4 + c] = true
             if (
                 event in _FAILURES
                 or event is E.restore_checkpoint_match
                 or (event is E.restore and not self.two_key[c])
             ):
-                nxt[4 + c] = z3.BoolVal(False, self.job.ctx)
+                nxt[4 + c] = false
             if event in _FAILURES:
-                nxt[6 + c] = z3.BoolVal(True, self.job.ctx)
+                nxt[6 + c] = true
             if event is E.fail_restoration_refusal:
-                nxt[8 + c] = z3.BoolVal(True, self.job.ctx)
+                nxt[8 + c] = true
+            if event is E.materialize:
+                nxt[10 + c], nxt[12 + c] = true, false  # its blocks (when written) and a report
+            if event is E.predicate_broken and action.variant is None:
+                nxt[10 + c] = false
+            if event is E.restore:
+                unconfirmed = action.variant is Variant.unconfirmed
+                nxt[12 + c], nxt[14 + c] = z3.BoolVal(unconfirmed, self.job.ctx), true
+            if event in (E.offload, E.reuse_satisfied):
+                nxt[12 + c] = false
+            if event is E.offload:
+                nxt[14 + c] = false
         if action.request is not None and action.request_event is not None:
             r = action.request
             nxt[2 + r] = self._request(action.request_event, s[2 + r])[1]
             if action.request_event is RE.refuse_restoration:
                 for b in action.blocking:
-                    nxt[8 + b] = z3.BoolVal(False, self.job.ctx)
+                    nxt[8 + b] = false
         return z3.And([after == value for after, value in zip(t, nxt, strict=True)])
 
     def _trans(self, s: State, i: Inputs, t: State) -> z3.BoolRef:
         return any_of(
             self.job.ctx,
-            [z3.And(i[0] == k, self.legal(s, a), self.effect(s, a, t)) for k, a in enumerate(ACTIONS)],
+            [z3.And(i[0] == k, self.legal(s, a), self.effect(s, a, t)) for k, a in self.enabled],
         )
+
+
+def _in(phase: z3.ArithRef, indices: tuple[int, ...]) -> z3.BoolRef:
+    return any_of(phase.ctx, [phase == k for k in indices])
 
 
 # --- classes -----------------------------------------------------------------------------------
@@ -274,18 +391,22 @@ class TraceClass:
     two_key: bool = False
     capacity_check: str | None = None
     needs: tuple[str, ...] = ()
+    timed: bool = False
+    """claim-a promises `DURATION_MS`; its plain expiry is written after it, a variant's not."""
+    twin: tuple[tuple[str, str], ...] = ()
+    """(variant action, plain action): replacing each gives the conforming twin."""
 
+    @property
+    def variants(self) -> frozenset[str]:
+        """The variant actions this class's search may take."""
+        return frozenset({*self.final, *self.needs, *(variant for variant, _ in self.twin)})
 
-RULES_AWAITING_BMC: frozenset[ConformanceRule] = frozenset(
-    {
-        ConformanceRule.capacity_state,
-        ConformanceRule.duration,
-        ConformanceRule.block_identity,
-        ConformanceRule.terms,
-    }
-)
-"""Issue 12's new refinement rules that have no BMC trace class yet (the Z3 side follows;
-their violating/conforming twins are in tests/refinement/test_rules.py)."""
+    def conforming_twin(self, actions: tuple[Action, ...]) -> tuple[Action, ...]:
+        """The same path with each variant replaced by its plain action (same length)."""
+        by_name = {a.name: a for a in ACTIONS}
+        plain = dict(self.twin)
+        return tuple(by_name[plain.get(a.name, a.name)] for a in actions)
+
 
 CLASSES: tuple[TraceClass, ...] = (
     TraceClass(
@@ -499,6 +620,63 @@ CLASSES: tuple[TraceClass, ...] = (
         _phase(0, Phase.materialized),
         capacity_check="capacity_needs_shortfall",
     ),
+    TraceClass(
+        "protected_term_beyond_reservations",
+        ConformanceRule.capacity_state,
+        "a refusal protects both footprints while only claim-a reserves device blocks",
+        (M.hard_protected, M.best_effort),
+        (f"{Variant.overclaimed}(req-2;claim-a)",),
+        _phase(0, Phase.materialized),
+        twin=((f"{Variant.overclaimed}(req-2;claim-a)", "refuse_capacity(req-2;claim-a)"),),
+    ),
+    TraceClass(
+        "expiry_before_duration",
+        ConformanceRule.duration,
+        f"a claim promising {DURATION_MS} ms expires 1 ms after its last event",
+        (M.expiring, M.best_effort),
+        (f"{Variant.early}(claim-a)",),
+        _phase(0, Phase.materialized),
+        timed=True,
+        twin=((f"{Variant.early}(claim-a)", "expire(claim-a)"),),
+    ),
+    TraceClass(
+        "removal_with_other_content",
+        ConformanceRule.block_identity,
+        "block_removed quotes a hash the claim's block was never stored with",
+        (M.best_effort, M.best_effort),
+        (f"{Variant.other_content}(claim-a)",),
+        lambda s: s[10],
+        twin=((f"{Variant.other_content}(claim-a)", "predicate_broken(claim-a)"),),
+    ),
+    TraceClass(
+        "downgrade_on_acceptance",
+        ConformanceRule.terms,
+        "a hard_protected submission accepted as best_effort without a conditional acceptance "
+        "(its harm would pass as 'lost')",
+        (M.hard_protected, M.best_effort),
+        (f"{Variant.accept_downgraded}(claim-a)",),
+        _phase(0, Phase.submitted),
+        twin=((f"{Variant.accept_downgraded}(claim-a)", f"{Variant.accept_conditionally}(claim-a)"),),
+    ),
+    TraceClass(
+        "reuse_after_unconfirmed_restore",
+        ConformanceRule.offload_order,
+        "a satisfied reuse after a restore that neither restored_blocks nor blocks confirmed",
+        (M.offloadable, M.best_effort),
+        ("reuse_satisfied(claim-a,req-1)",),
+        lambda s: s[12],
+        twin=((f"{Variant.unconfirmed}(claim-a,req-1)", "restore(claim-a,req-1)"),),
+    ),
+    TraceClass(
+        "checkpoint_before_kv_restore",
+        ConformanceRule.hybrid_two_key,
+        "a two-key claim's matching checkpoint restored before its KV blocks",
+        (M.offloadable, M.best_effort),
+        ("restore_checkpoint_match(claim-a,req-1)",),
+        lambda s: z3.And(s[0] == PHASES.index(Phase.restoring), z3.Not(s[14])),
+        two_key=True,
+        twin=(("restore_checkpoint_match(claim-a,req-1)", "restore(claim-a,req-1)"),),
+    ),
 )
 
 BOUND = 9
@@ -526,7 +704,7 @@ def _profiles(cls: TraceClass) -> tuple[ClaimProfile, ClaimProfile]:
 def candidates(cls: TraceClass, seed: int = DEFAULT_SEED, limit: int = 8) -> Iterator[tuple[Action, ...]]:
     """Shortest action paths for `cls`, each excluded from the next search."""
     job = Job(seed=seed)
-    model = TraceSystem(job, _profiles(cls))
+    model = TraceSystem(job, _profiles(cls), cls.variants, cls.timed)
     index = {a.name: k for k, a in enumerate(ACTIONS)}
     finals = [index[name] for name in cls.final if name != AT_END]
     blocked: list[list[int]] = []
@@ -583,9 +761,9 @@ def _shortest(
 # --- writing trace v1 --------------------------------------------------------------------------
 
 
-def _capacity_numbers(check: str | None, blocking: tuple[int, ...], seed: int) -> dict[str, int]:
-    """Consistent numbers, or (with `check`) the nearest numbers that break only that check."""
-    protected = FOOTPRINT * len(blocking)
+def _capacity_numbers(check: str | None, protected: int, seed: int) -> dict[str, int]:
+    """Consistent numbers for `protected`, or (with `check`) the nearest numbers that break
+    only that check."""
     consistent = {
         "protected_resident_blocks": protected,
         "active_live_blocks_required": ACTIVE_BLOCKS,
@@ -601,7 +779,7 @@ def _capacity_numbers(check: str | None, blocking: tuple[int, ...], seed: int) -
     optimizer = job.optimize()
     optimizer.add(terms.non_negative(), terms.capacity_reason, terms.header_usable == HEADER_USABLE)  # type: ignore[operator]
     optimizer.add(z3.Not(checks[check]), *[term for name, term in checks.items() if name != check])
-    values = [terms.protected, terms.active, terms.resident_plus_active, terms.usable, terms.shortfall]
+    values = terms.values()
     distance = z3.Sum(
         [
             z3.If(v >= consistent[n], v - consistent[n], consistent[n] - v)
@@ -647,6 +825,8 @@ class _Writer:
     cls: TraceClass
     actions: tuple[Action, ...]
     count: int = 0
+    waited_ns: int = 0
+    """Time skipped so that a timed claim's plain expiry comes after its duration."""
     broken: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -654,10 +834,10 @@ class _Writer:
 
     def _event(self, name: str, **fields: Any) -> dict[str, Any]:
         self.count += 1
-        return {"seq": self.count, "event": name, "t_ns": 1_000_000 * self.count, **fields}
+        return {"seq": self.count, "event": name, "t_ns": 1_000_000 * self.count + self.waited_ns, **fields}
 
-    def _terms(self, c: int) -> dict[str, Any]:
-        mode = self.cls.modes[c]
+    def _terms(self, c: int, *, downgraded: bool = False) -> dict[str, Any]:
+        mode = ProtectionMode.best_effort if downgraded else self.cls.modes[c]
         two_key = self.cls.two_key and c == 0
         predicate = (
             {"kind": "hybrid_two_key", "boundary_blocks": FOOTPRINT}
@@ -672,7 +852,9 @@ class _Writer:
             "footprint_blocks": FOOTPRINT,
             "predicate": predicate,
         }
-        if mode is ProtectionMode.expiring:
+        if self.cls.timed and c == 0:
+            terms["duration_ms"] = DURATION_MS
+        elif mode is ProtectionMode.expiring:
             terms["duration_steps"] = 100
         return terms
 
@@ -696,7 +878,9 @@ class _Writer:
                 "blocking_claim_ids": [CLAIMS[b] for b in action.blocking],
             }
             if reason == "capacity":
-                fields |= _capacity_numbers(capacity, action.blocking, seed)
+                overclaimed = action.variant is Variant.overclaimed
+                protected = PROTECTED_OVERCLAIM if overclaimed else FOOTPRINT * len(action.blocking)
+                fields |= _capacity_numbers(capacity, protected, seed)
             yield self._event(name, **fields)
 
     def _claim_events(self, action: Action) -> Iterator[dict[str, Any]]:
@@ -708,7 +892,9 @@ class _Writer:
         if event is E.submit:
             yield self._event("resident_claim_submitted", **self._terms(c))
         elif event is E.accept:
-            yield self._event("resident_claim_accepted", **self._terms(c))
+            conditional = action.variant is Variant.accept_conditionally
+            name = "resident_claim_conditionally_accepted" if conditional else "resident_claim_accepted"
+            yield self._event(name, **self._terms(c, downgraded=action.variant is not None))
         elif event is E.reject:
             yield self._event("resident_claim_rejected", claim_id=claim, reason="over budget")
         elif event is E.materialize:
@@ -727,6 +913,8 @@ class _Writer:
                 }
             yield self._event("resident_claim_materialized", **fields)
         elif event in (E.demote, E.expire, E.release):
+            if event is E.expire and self.cls.timed and c == 0 and action.variant is None:
+                self.waited_ns += DURATION_MS * 1_000_000
             name = {
                 E.demote: "resident_claim_demoted",
                 E.expire: "resident_claim_expired",
@@ -740,10 +928,11 @@ class _Writer:
         elif event is E.lose:
             yield self._event("resident_claim_lost", claim_id=claim, leading_blocks=0)
         elif event is E.predicate_broken:
+            other = action.variant is Variant.other_content
             yield self._event(
                 "block_removed",
                 block_id=10 * c,
-                block_hash=f"h{c}-0",
+                block_hash=f"h{c}-0{'-other' if other else ''}",
                 cache_level="gpu",
                 claim_id=claim,
                 position=0,
@@ -753,7 +942,8 @@ class _Writer:
         elif event is E.require_restore:
             yield self._event("resident_claim_restore_required", claim_id=claim, request_id=request)
         elif event is E.restore:
-            yield self._event("resident_claim_restored", claim_id=claim, request_id=request)
+            confirmed = {} if action.variant is Variant.unconfirmed else {"restored_blocks": FOOTPRINT}
+            yield self._event("resident_claim_restored", claim_id=claim, request_id=request, **confirmed)
         elif event in (E.restore_checkpoint_match, E.restore_checkpoint_mismatch):
             value = "value-1" if event is E.restore_checkpoint_match else "value-2"
             yield self._event(

@@ -88,6 +88,24 @@ class Upgrade:
             "adapter_observations": list(self.observe),
         }
 
+    @classmethod
+    def from_summary(cls, summary: dict[str, Any]) -> Upgrade:
+        """The inverse of `summary` (for the upgrade cache)."""
+        items, depth = summary["adapter_items"], summary["adapter_depth"]
+        return cls(
+            source=summary["source"],
+            surface=summary["surface"],
+            mode=ProtectionMode(summary["mode"]),
+            best_label=Label(summary["best_label"]),
+            best_depth=AdapterDepth(summary["best_depth"]),
+            native=None if summary["native_upgrade"] is None else tuple(summary["native_upgrade"]),
+            adapter_depth=None if depth is None else AdapterDepth(depth),
+            adapter=None
+            if items is None
+            else tuple((AdapterDepth(depth), tuple(codes)) for depth, codes in items.items()),
+            observe=tuple(summary["adapter_observations"]),
+        )
+
 
 class _Plan:
     """One descriptor with spare sites: a native twin for every obligation, one spare adapter
@@ -266,29 +284,36 @@ def upgrades(
     loaded: list[tuple[Path, Descriptor]], facts: Facts | None = None, seed: int = DEFAULT_SEED
 ) -> list[Upgrade]:
     """Both plans for every (descriptor, mode) that is not native_sound at its best row."""
+    return [found for item in loaded for found in descriptor_upgrades(item, facts, seed)]
+
+
+def descriptor_upgrades(
+    loaded: tuple[Path, Descriptor], facts: Facts | None = None, seed: int = DEFAULT_SEED
+) -> list[Upgrade]:
+    """Both plans for every mode of one descriptor that is not native_sound at its best row."""
+    path, descriptor = loaded
     facts = facts or Facts.reference()
+    plan = _Plan(descriptor, facts, seed)
     found = []
-    for path, descriptor in loaded:
-        plan = _Plan(descriptor, facts, seed)
-        for mode in ProtectionMode:
-            verdicts = [lower_row(descriptor, LoweringRow(mode=mode, depth=d)) for d in AdapterDepth]
-            best = max(verdicts, key=lambda v: (v.label.rank, -v.depth.rank))
-            if best.label is Label.native_sound:
-                continue
-            adapter = plan.adapter_plan(mode)
-            found.append(
-                Upgrade(
-                    source=path.name,
-                    surface=descriptor.surface,
-                    mode=mode,
-                    best_label=best.label,
-                    best_depth=best.depth,
-                    native=plan.native_plan(mode),
-                    adapter_depth=adapter[0] if adapter else None,
-                    adapter=adapter[1] if adapter else None,
-                    observe=adapter[2] if adapter else (),
-                )
+    for mode in ProtectionMode:
+        verdicts = [lower_row(descriptor, LoweringRow(mode=mode, depth=d)) for d in AdapterDepth]
+        best = max(verdicts, key=lambda v: (v.label.rank, -v.depth.rank))
+        if best.label is Label.native_sound:
+            continue
+        adapter = plan.adapter_plan(mode)
+        found.append(
+            Upgrade(
+                source=path.name,
+                surface=descriptor.surface,
+                mode=mode,
+                best_label=best.label,
+                best_depth=best.depth,
+                native=plan.native_plan(mode),
+                adapter_depth=adapter[0] if adapter else None,
+                adapter=adapter[1] if adapter else None,
+                observe=adapter[2] if adapter else (),
             )
+        )
     return found
 
 

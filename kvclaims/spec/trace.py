@@ -72,6 +72,27 @@ class ConflictReason(StrEnum):
     restoration_failed = "restoration_failed"
 
 
+MAX_TENSOR_DIMS = 8
+MAX_CHECKPOINT_TENSORS = 4096
+"""Bounds on a checkpoint's ABI metadata (a trace never sizes anything by its own numbers)."""
+
+
+# Source: seed 002 ("tensor metadata").
+class CheckpointTensor(_TraceModel):
+    """The ABI metadata of one non-KV state tensor in a checkpoint: what it is, where it
+    lives, and how its stored bytes mean a logical value."""
+
+    kind: Identifier = Field(description="The tensor kind (e.g. conv_state, ssm_state).")
+    layer: Identifier = Field(description="The model layer the state belongs to.")
+    shape: list[NonNegativeInt] = Field(max_length=MAX_TENSOR_DIMS, description="The logical shape.")
+    logical_dtype: Identifier = Field(description="The dtype the logical value is compared in.")
+    storage_dtype: Identifier = Field(description="The dtype the payload bytes are stored in.")
+    layout: Identifier = Field(
+        description="The layout tag: how the stored bytes map to the logical value "
+        "(row_major, column_major); a backend's unknown layout fails closed."
+    )
+
+
 # Source: seed 002.
 class Checkpoint(_TraceModel):
     """A two-key checkpoint at boundary B: immutable payload bytes and logical value."""
@@ -80,6 +101,11 @@ class Checkpoint(_TraceModel):
     payload_hash: Identifier = Field(description="Hash of the checkpoint's bytes.")
     value_hash: Identifier = Field(
         description="Hash of the checkpoint's logical value; only this key establishes equality."
+    )
+    tensors: Annotated[list[CheckpointTensor], Field(max_length=MAX_CHECKPOINT_TENSORS)] | None = Field(
+        None,
+        description="The ABI metadata of the state tensors the hashes cover, in hashing order "
+        "(runtimes that restore real tensors record it).",
     )
 
 
@@ -318,6 +344,12 @@ class RequestReused(_Event):
     claim_id: Identifier = Field(description="The claim reused.")
     cached_blocks: PrefixBlocks = Field(description="Leading blocks served from the cache.")
     predicate_satisfied: StrictBool = Field(description="Whether the claim's predicate held at reuse.")
+    checkpoint: Checkpoint | None = Field(
+        None,
+        description="A two-key claim resumed in place (its state restored from the device tier "
+        "into the request's live slot): the restored state's checkpoint. A satisfied reuse's "
+        "boundary and value_hash must equal the materialization checkpoint's.",
+    )
 
 
 class RequestFinished(_Event):

@@ -25,7 +25,8 @@ class Layout(StrEnum):
     column_major = "column_major"
 
 
-def _digest(data: bytes) -> str:
+def digest(data: bytes) -> str:
+    """The short hash both checkpoint keys use (sha256, 16 hex digits)."""
     return hashlib.sha256(data).hexdigest()[:16]
 
 
@@ -75,7 +76,7 @@ class HybridCheckpoint:
     def take(cls, object_id: str, boundary: int) -> HybridCheckpoint:
         state = _state_of(object_id, boundary)
         payload = _encode(state)
-        return cls(boundary, payload, Layout.row_major, _digest(payload), _digest(_canonical(state)))
+        return cls(boundary, payload, Layout.row_major, digest(payload), digest(_canonical(state)))
 
     def recorded(self) -> dict[str, object]:
         """The trace form recorded at materialization."""
@@ -108,5 +109,5 @@ def restore(checkpoint: HybridCheckpoint) -> RestoreResult:
     live_slot = _decode(scratch, checkpoint.layout)
     view = _canonical(live_slot)
     return RestoreResult(
-        ("payload->scratch", "scratch->live", "live->post_restore_view"), _digest(scratch), _digest(view)
+        ("payload->scratch", "scratch->live", "live->post_restore_view"), digest(scratch), digest(view)
     )

@@ -1186,12 +1186,33 @@ class SystemState:
                 f"blocks; it needs {claim.required}",
                 request_id,
             )
+        if satisfied and claim.profile.two_key and ev.checkpoint is not None:
+            self._check_resumed_state(claim, ev)
         request = self._request_step(request_id, RequestEvent.reuse, request)
         if satisfied:
             self._refresh(claim, ev)
             if request.restored and claim.claim_id in request.restored:
                 self._confirm_restore(claim, request_id)
                 self._served_after_restore(claim.claim_id, request_id, request)
+
+    def _check_resumed_state(self, claim: ClaimRecord, ev: Any) -> None:
+        """A two-key claim resumed in place (its state copied from the device tier into the
+        request's live slot): a satisfied reuse needs the restored state's value to be the one
+        recorded at materialization (seed 002: payload equality is not state identity)."""
+        recorded, resumed = claim.checkpoint, ev.checkpoint
+        if recorded is None or (resumed.boundary, resumed.value_hash) != (
+            recorded.boundary,
+            recorded.value_hash,
+        ):
+            expected = "no checkpoint" if recorded is None else f"value_hash {recorded.value_hash}"
+            self._claim_fail(
+                claim,
+                R.hybrid_two_key,
+                f"request {ev.request_id} reports a satisfied resume whose restored state has "
+                f"value_hash {resumed.value_hash} at boundary {resumed.boundary}; materialization "
+                f"recorded {expected}: the state identity key does not hold",
+                ev.request_id,
+            )
 
     def _served_after_restore(self, claim_id: str, request_id: str, request: RequestRecord) -> None:
         if request.restored.pop(claim_id, None) is None:

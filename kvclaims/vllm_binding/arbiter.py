@@ -38,7 +38,7 @@ from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, FinishReason
 from vllm.v1.kv_cache_interface import FullAttentionSpec
 from vllm.v1.request import Request, RequestStatus
 
-from kvclaims.spec.claims import CacheIdentity, LeadingPrefixAtLeast
+from kvclaims.spec.claims import CacheIdentity
 from kvclaims.spec.ids import RetiredIds
 from kvclaims.spec.tables import MAX_IDENTIFIER_LENGTH
 from kvclaims.spec.trace import (
@@ -47,6 +47,7 @@ from kvclaims.spec.trace import (
     ActiveRequestRefused,
     BlockRemoved,
     BlockStored,
+    Checkpoint,
     CloseReason,
     ConflictReason,
     FaultInjected,
@@ -71,6 +72,7 @@ from kvclaims.statemachine.requests import RequestEvent, RequestPhase
 from kvclaims.vllm_binding import shutdown
 from kvclaims.vllm_binding.capacity import CapacityProof, peak_live_blocks
 from kvclaims.vllm_binding.config import SUPPORTED_MODES, BindingConfig
+from kvclaims.vllm_binding.hybrid import HybridCheckpoints, HybridLayout, hybrid_layout
 from kvclaims.vllm_binding.metadata import (
     ClaimOp,
     ClaimRequest,
@@ -111,21 +113,30 @@ def trace_request_id(request_id: str) -> str:
     return "request-sha256-" + hashlib.sha256(request_id.encode()).hexdigest()[:32]
 
 
-def layout_problem(scheduler: Any) -> str | None:
-    """Why claims cannot be kept on this engine's KV layout, or None.
+def layout_problem(scheduler: Any) -> str | HybridLayout | None:
+    """Why claims cannot be kept on this engine's KV layout, None, or the hybrid layout on
+    which two-key claims can be kept.
 
     Claims are leading-prefix block runs in one full-attention cache group whose blocks are
-    hashed at the scheduler's block size; anything else (hybrid or sliding-window models,
-    partial-hash hits, disabled prefix caching, context parallelism) is refused per claim.
+    hashed at the scheduler's block size, plus, on a hybrid model in vLLM's alignment mode
+    with the checkpoint connector, one recurrent-state group (`hybrid`); anything else
+    (sliding-window models, partial-hash hits, disabled prefix caching, context parallelism)
+    is refused per claim.
     """
     if not scheduler.cache_config.enable_prefix_caching:
         return "prefix caching is disabled on this engine"
     groups = scheduler.kv_cache_config.kv_cache_groups
     if len(groups) != 1:
-        return f"the model has {len(groups)} KV cache groups; claims need exactly one"
+        layout = hybrid_layout(scheduler)
+        return layout if isinstance(layout, str) else _hashing_problem(scheduler) or layout
     spec = groups[0].kv_cache_spec
     if type(spec) is not FullAttentionSpec or spec.sliding_window or spec.attention_chunk_size:
         return f"KV cache spec {type(spec).__name__} is not plain full attention"
+    return _hashing_problem(scheduler)
+
+
+def _hashing_problem(scheduler: Any) -> str | None:
+    """What every layout needs: block hashes at the block size, one rank per block."""
     if scheduler.hash_block_size != scheduler.block_size:
         return "prefix hashes are finer than the scheduler block size"
     if scheduler.dcp_world_size > 1 or scheduler.pcp_world_size > 1:
@@ -185,7 +196,14 @@ class ClaimArbiter:
         self._pool = scheduler.kv_cache_manager.block_pool
         self.block_size: int = scheduler.block_size
         self.usable_blocks: int = self._pool.num_gpu_blocks - 1  # block 0 is vLLM's null block
-        self.unsupported = layout_problem(scheduler)
+        layout = layout_problem(scheduler)
+        self.unsupported = layout if isinstance(layout, str) else None
+        self.hybrid = (
+            HybridCheckpoints.attach(self, scheduler, layout) if isinstance(layout, HybridLayout) else None
+        )
+        """Two-key claims' checkpoints (hybrid models only)."""
+        self.kv_group = layout.kv_group if isinstance(layout, HybridLayout) else 0
+        """The KV cache group whose block hashes are claims' identity."""
         self.registry = ClaimRegistry(
             usable_blocks=self.usable_blocks,
             protected_fraction=config.protected_fraction,
@@ -247,6 +265,11 @@ class ClaimArbiter:
     def scheduler(self) -> Any:
         """The vLLM scheduler this arbiter lives in."""
         return self._s
+
+    @property
+    def pool(self) -> Any:
+        """vLLM's block pool (pins are `touch` / `free_blocks` on it)."""
+        return self._pool
 
     def enter(self) -> None:
         """A vLLM entry point begins (pair with `leave`, in a `finally`)."""
@@ -401,7 +424,6 @@ class ClaimArbiter:
             self._reject(op.claim_id, problem or "invalid claim", book, spend=True)
             return
         predicate = claim.materialization_predicate
-        assert isinstance(predicate, LeadingPrefixAtLeast)
         footprint = claim.footprint_blocks
         full_prompt_blocks = request.num_prompt_tokens // self.block_size
         terms = {
@@ -434,7 +456,7 @@ class ClaimArbiter:
         record = ClaimRecord(
             claim=claim,
             hashes=hashes,
-            keys=tuple(make_block_hash_with_group_id(h, 0) for h in hashes),
+            keys=tuple(make_block_hash_with_group_id(h, self.kv_group) for h in hashes),
             source_request_id=request.request_id,
             accepted_step=self.step,
             required_blocks=predicate.required_blocks(self.block_size),
@@ -457,6 +479,14 @@ class ClaimArbiter:
             return f"mode {op.mode} is not supported by this binding"
         if request.cache_salt is not None and len(request.cache_salt) > MAX_IDENTIFIER_LENGTH:
             return f"cache_salt longer than {MAX_IDENTIFIER_LENGTH} characters cannot name a claim namespace"
+        two_key = op.checkpoint_boundary_blocks is not None
+        if two_key != (self.hybrid is not None):
+            return (
+                "a hybrid_two_key claim needs a hybrid model (recurrent state + attention)"
+                if two_key
+                else "on a hybrid model a claim needs its recurrent state too: give "
+                "kvclaims_checkpoint_boundary_blocks (hybrid_two_key)"
+            )
         if op.mode is ProtectionMode.offloadable:
             if self.offload is None:
                 return (
@@ -528,6 +558,8 @@ class ClaimArbiter:
         """Drop the claim's extra references (tail first, so the tail is evicted first) and,
         for an offloadable claim, its hold on its host copy: responsibility is ending."""
         pinned = [block for _, block in record.held()] if record.protected else []
+        if self.hybrid is not None:
+            self.hybrid.unpin(record)
         self.registry.unprotect(record)
         if pinned:
             self._pool.free_blocks(reversed(pinned))
@@ -553,6 +585,8 @@ class ClaimArbiter:
         self.ledger.advance(record, Event.release)
         self._materializing.discard(record)
         self.registry.retire(record)
+        if self.hybrid is not None:
+            self.hybrid.forget(record)
         for request_id in record.feeders:
             book = self._books.get(request_id)
             if book is not None and book.attached == record.claim_id:
@@ -597,15 +631,25 @@ class ClaimArbiter:
             )
         leading = record.leading_blocks
         if self.ledger.materializes(record):
+            checkpoint = None
+            if self.hybrid is not None:
+                checkpoint = self.hybrid.take_checkpoint(record, request.request_id)
+                if checkpoint is None:
+                    return  # the KV key holds; the state key's checkpoint has not arrived yet
             self.ledger.advance(record, Event.materialize)
             self.registry.version += 1
-            self._emit(ResidentClaimMaterialized, claim_id=record.claim_id, leading_blocks=leading)
+            self._emit(
+                ResidentClaimMaterialized,
+                claim_id=record.claim_id,
+                leading_blocks=leading,
+                checkpoint=checkpoint,
+            )
         if leading >= len(record.slots):
             self._materializing.discard(record)
 
     def _request_blocks(self, request_id: str) -> list[Any]:
         managers = self._s.kv_cache_manager.coordinator.single_type_managers
-        return managers[0].req_to_blocks.get(request_id, [])
+        return managers[self.kv_group].req_to_blocks.get(request_id, [])
 
     def _advance_all(self) -> None:
         requests = self._s.requests
@@ -888,7 +932,9 @@ class ClaimArbiter:
             if book.phase is not RequestPhase.admitted:
                 self.admit(request, book, hits.get(request_id, 0) // self.block_size)
             if book.attached is not None and request_id in hits:
-                self._report_reuse(request, book, hits[request_id] // self.block_size)
+                hit_blocks = hits[request_id] // self.block_size
+                if self.hybrid is None or not self.hybrid.defers_reuse(request, hit_blocks):
+                    self.report_reuse(request, book, hit_blocks)
         if self.offload is not None:
             self.offload.after_schedule()
 
@@ -924,7 +970,18 @@ class ClaimArbiter:
         credited = self.registry.overlap(request.block_hashes, book.sourced).credited
         return len(allocated) - min(credited, len(allocated))
 
-    def _report_reuse(self, request: Request, book: RequestBook, hit_blocks: int) -> None:
+    def report_reuse(
+        self,
+        request: Request,
+        book: RequestBook,
+        hit_blocks: int,
+        *,
+        resumed: Checkpoint | None = None,
+        state_holds: bool = True,
+    ) -> None:
+        """Report the attached request's reuse of its claim: satisfied when the shared leading
+        blocks meet the predicate, the claim can be satisfied, and (two-key) the state the
+        request `resumed` from holds."""
         record = self.registry.claims.get(book.attached or "")
         if record is not None:
             self._check_record(record)  # a reuse report must not outrun a loss
@@ -935,13 +992,14 @@ class ClaimArbiter:
             self._advance(record, request)  # blocks it restored or shares are reported first
         shared = min(hit_blocks, agreement(request.block_hashes, record.hashes))
         # (SATISFIABLE names released too; a released claim is no longer in the registry)
-        satisfied = shared >= record.required_blocks and record.phase in SATISFIABLE
+        satisfied = shared >= record.required_blocks and record.phase in SATISFIABLE and state_holds
         self._emit(
             RequestReused,
             request_id=book.trace_id,
             claim_id=record.claim_id,
             cached_blocks=shared,
             predicate_satisfied=satisfied,
+            checkpoint=resumed,
         )
         self.ledger.advance(record, Event.reuse_satisfied if satisfied else Event.reuse_unsatisfied)
         book.step(RequestEvent.reuse)
@@ -953,6 +1011,8 @@ class ClaimArbiter:
         vLLM's own handling (its invalid-KV-load path and terminal handling) sees them."""
         if self.offload is not None and connector_output is not None:
             self.offload.before_update(connector_output)
+        if self.hybrid is not None and connector_output is not None:
+            self.hybrid.before_update(connector_output)
 
     def after_update(self, outputs: dict[int, EngineCoreOutputs]) -> None:
         """A model step was applied: report blocks claims lost (watched ones), hold what the
@@ -998,6 +1058,8 @@ class ClaimArbiter:
                 record.feeders.discard(request.request_id)
                 if not record.feeders:
                     self._materializing.discard(record)
+        if self.hybrid is not None:
+            self.hybrid.request_finishing(request.request_id)
         if book.queued:
             # Aborted while queued and not held back: nothing to finish in the arbitrated
             # lifecycle (never admitted, or its deferral had already ended).

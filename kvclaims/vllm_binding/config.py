@@ -140,13 +140,17 @@ class BindingConfig(SpecModel):
     typed_metadata: StrictBool = False
     """Refuse claim operations whose raw JSON types the HTTP boundary did not check
     (`http.ClaimMetadataMiddleware`; `kvclaims serve` installs it and sets this)."""
-    negative_control: Literal["fallback_recompute", "generic_counters"] | None = None
+    negative_control: Literal["fallback_recompute", "generic_counters", "silent_resume"] | None = None
     """NEGATIVE CONTROLS ONLY: replace the claim-scoped failure path with a deliberately unsound
     one whose traces refinement must reject: `fallback_recompute` recomputes a failed
     restoration with no claim outcome; `generic_counters` sees only a generic failure counter
-    and blames the claim the request reused. Never set this when serving."""
+    and blames the claim the request reused; `silent_resume` resumes a two-key claim whose
+    restored state has another value hash as a satisfied reuse. Never set this when serving."""
     offload: OffloadSettings | None = None
     """Run the binding's offload connector (needed for offloadable claims)."""
+    checkpoints: StrictBool = False
+    """Run the binding's checkpoint connector (hybrid models: needed for hybrid_two_key
+    claims, the only claims such a model takes)."""
 
     @model_validator(mode="after")
     def _actions_are_legal(self) -> BindingConfig:
@@ -156,6 +160,8 @@ class BindingConfig(SpecModel):
                 raise ValueError(f"conflict_actions: mode {mode} has no conflict action (not protected)")
             if action not in allowed:
                 raise ValueError(f"conflict_actions: {mode} may not {action}")
+        if self.checkpoints and self.offload is not None:
+            raise ValueError("checkpoints and offload each need vLLM's one KV connector; choose one")
         if self.owner_hmac_key is not None and len(self.owner_hmac_key) < 16:
             raise ValueError("owner_hmac_key must be at least 16 characters")
         return self
@@ -185,6 +191,12 @@ class BindingConfig(SpecModel):
         }
         if self.offload is not None:
             kwargs["kv_transfer_config"] = self.offload.kv_transfer_config()
+        if self.checkpoints:
+            kwargs["kv_transfer_config"] = {
+                "kv_connector": "ClaimCheckpointConnector",
+                "kv_connector_module_path": "kvclaims.vllm_binding.checkpoint_connector",
+                "kv_role": "kv_both",
+            }
         return kwargs
 
     @classmethod

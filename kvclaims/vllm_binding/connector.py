@@ -29,7 +29,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from vllm.config import VllmConfig
 from vllm.distributed.kv_transfer.kv_connector.v1 import KVConnectorRole
@@ -54,6 +54,8 @@ from vllm.v1.kv_offload.base import (
 
 from kvclaims.vllm_binding.cache_policy import ClaimAwareLRUPolicy
 from kvclaims.vllm_binding.faults import EXTRA_CONFIG_KEY, LoadFaultInjector, LoadFaultPlan
+
+C = TypeVar("C")
 
 CONNECTOR_NAME = "ClaimOffloadingConnector"
 CONNECTOR_MODULE = "kvclaims.vllm_binding.connector"
@@ -344,17 +346,24 @@ class ClaimOffloadingConnector(OffloadingConnector):
         self.connector_worker.injector.set_plan(plan)
 
 
-def set_load_fault_plan(worker: Any, plan: dict[str, Any]) -> int:
-    """`LLM.collective_rpc(set_load_fault_plan, args=(plan,))`: replace the injection plan in
-    every worker process. Returns the failures the previous plan caused in this worker."""
-    del worker  # the connector is process-global in vLLM
+def process_connector(kind: type[C], name: str) -> C:
+    """This worker process's KV connector (process-global in vLLM), which must be a `kind`
+    (registered as `name`); raises `RuntimeError` otherwise."""
     from vllm.distributed.kv_transfer import get_kv_transfer_group, has_kv_transfer_group
 
     if not has_kv_transfer_group():
         raise RuntimeError("this engine runs no KV connector")
     connector = get_kv_transfer_group()
-    if not isinstance(connector, ClaimOffloadingConnector):
-        raise RuntimeError(f"the engine's connector is {type(connector).__name__}, not {CONNECTOR_NAME}")
+    if not isinstance(connector, kind):
+        raise RuntimeError(f"the engine's connector is {type(connector).__name__}, not {name}")
+    return connector
+
+
+def set_load_fault_plan(worker: Any, plan: dict[str, Any]) -> int:
+    """`LLM.collective_rpc(set_load_fault_plan, args=(plan,))`: replace the injection plan in
+    every worker process. Returns the failures the previous plan caused in this worker."""
+    del worker  # the connector is process-global in vLLM
+    connector = process_connector(ClaimOffloadingConnector, CONNECTOR_NAME)
     assert isinstance(connector.connector_worker, ClaimConnectorWorker)
     caused = connector.connector_worker.injector.failures
     connector.set_load_fault_plan(LoadFaultPlan.from_mapping(plan))
@@ -371,5 +380,6 @@ __all__ = [
     "ClaimWorkerMetadata",
     "FailedLoad",
     "ReportingWorker",
+    "process_connector",
     "set_load_fault_plan",
 ]

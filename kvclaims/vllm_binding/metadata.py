@@ -20,7 +20,7 @@ from types import MappingProxyType
 
 from pydantic import ValidationError
 
-from kvclaims.spec.claims import CacheIdentity, LeadingPrefixAtLeast, ResidentClaimInput
+from kvclaims.spec.claims import CacheIdentity, ResidentClaimInput
 from kvclaims.spec.tables import MAX_IDENTIFIER_LENGTH
 from kvclaims.spec.vocabulary import ProtectionMode
 
@@ -37,6 +37,7 @@ INTEGER_KEYS: tuple[str, ...] = (
     "kvclaims_predicate_blocks",
     "kvclaims_predicate_tokens",
     "kvclaims_duration_steps",
+    "kvclaims_checkpoint_boundary_blocks",
 )
 """Claim fields that must be JSON integers (never booleans, floats or strings)."""
 
@@ -77,6 +78,8 @@ KEYS: Mapping[str, str] = MappingProxyType(
         "kvclaims_footprint_blocks": "leading prompt blocks the claim protects",
         "kvclaims_predicate_blocks": "leading_prefix_at_least(k) in blocks (default: footprint)",
         "kvclaims_predicate_tokens": "leading_prefix_at_least(k) in tokens",
+        "kvclaims_checkpoint_boundary_blocks": "hybrid_two_key(B): the boundary B in blocks "
+        "(hybrid models: KV prefix and recurrent-state checkpoint)",
         "kvclaims_duration_steps": "engine steps after acceptance at which the claim expires",
         "kvclaims_object_id": "the reusable prefix object's id (default: the claim id)",
         "kvclaims_owner": "owner scope (trust: see docs/vllm-binding.md)",
@@ -93,6 +96,7 @@ _TERM_KEYS = frozenset(
         "kvclaims_footprint_blocks",
         "kvclaims_predicate_blocks",
         "kvclaims_predicate_tokens",
+        "kvclaims_checkpoint_boundary_blocks",
         "kvclaims_duration_steps",
         "kvclaims_object_id",
     }
@@ -111,6 +115,7 @@ class ClaimRequest:
     footprint_blocks: int | None = None
     predicate_blocks: int | None = None
     predicate_tokens: int | None = None
+    checkpoint_boundary_blocks: int | None = None
     duration_steps: int | None = None
     object_id: str | None = None
 
@@ -238,8 +243,13 @@ def parse_claim_metadata(
             return reject("a submitted claim needs kvclaims_mode")
         if "footprint_blocks" not in fields:
             return reject("a submitted claim needs kvclaims_footprint_blocks")
-        if "predicate_blocks" in fields and "predicate_tokens" in fields:
-            return reject("give kvclaims_predicate_blocks or kvclaims_predicate_tokens, not both")
+        predicates = [
+            k for k in ("predicate_blocks", "predicate_tokens", "checkpoint_boundary_blocks") if k in fields
+        ]
+        if len(predicates) > 1:
+            return reject(
+                f"give one predicate, not both kvclaims_{predicates[0]} and kvclaims_{predicates[1]}"
+            )
     return ClaimRequest(op=op, claim_id=claim_id, **fields)  # type: ignore[arg-type]
 
 
@@ -271,7 +281,10 @@ def claim_input(
     request: ClaimRequest, *, owner: str, cache_identity: CacheIdentity
 ) -> ResidentClaimInput | MetadataRejection:
     """The spec-validated `ResidentClaimInput` of a submission (`op` must be submit)."""
-    if request.predicate_tokens is not None:
+    predicate: dict[str, object]
+    if request.checkpoint_boundary_blocks is not None:
+        predicate = {"kind": "hybrid_two_key", "boundary_blocks": request.checkpoint_boundary_blocks}
+    elif request.predicate_tokens is not None:
         predicate = {"kind": "leading_prefix_at_least", "tokens": request.predicate_tokens}
     else:
         predicate = {
@@ -295,5 +308,4 @@ def claim_input(
         first = error.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "claim"
         return MetadataRejection(f"invalid claim terms: {where}: {first['msg']}", request.claim_id)
-    assert isinstance(claim.materialization_predicate, LeadingPrefixAtLeast)
     return claim

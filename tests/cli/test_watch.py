@@ -212,7 +212,7 @@ def test_a_kv_event_stream_is_checked_batch_by_batch_and_a_post_hoc_claim_fails_
 @pytest.mark.parametrize(
     ("seqs", "why"),
     [
-        ([0, 2], "publisher batches 1..1 are missing"),
+        ([0, 2], "batches 1..1 are missing"),
         ([3], "batches 0..2 were published before watch subscribed"),
     ],
 )

@@ -410,3 +410,58 @@ def test_a_deferred_request_may_be_served_from_the_cache() -> None:
         return trace.reuse("r", "C", 4 if not bad else 2).finish("r")
 
     assert_twins(build, R.lifecycle)
+
+
+def test_a_two_key_claim_resumed_in_place_needs_the_recorded_value() -> None:
+    """Seed 002 on the device tier (vLLM's alignment mode copies the cached state into the
+    request's live slot): a satisfied resume must carry the value recorded at
+    materialization; the same payload bytes read with another layout are another value."""
+
+    def build(bad: bool) -> TraceBuilder:
+        return resumed_in_place(satisfied=True, value="v-column-major" if bad else "v").finish("r")
+
+    assert_twins(build, R.hybrid_two_key)
+
+
+def resumed_in_place(*, satisfied: bool, value: str) -> TraceBuilder:
+    """A two-key claim materialized with value `v`, then resumed by request r with `value`."""
+    trace = TraceBuilder(usable_blocks=80).accept("C", two_key=True)
+    trace.store_prefix("C", 4)
+    trace.materialize("C", 4, checkpoint={"boundary": 4, "payload_hash": "p", "value_hash": "v"})
+    resumed = {"boundary": 4, "payload_hash": "p", "value_hash": value}
+    return trace.admit("r").add(
+        "request_reused",
+        request_id="r",
+        claim_id="C",
+        cached_blocks=4,
+        predicate_satisfied=satisfied,
+        checkpoint=resumed,
+    )
+
+
+def test_a_failed_in_place_resume_is_unsatisfied_demoted_and_the_request_never_served() -> None:
+    """The binding's fail-closed outcome for a resume whose value differs: an unsatisfied
+    reuse naming the restored checkpoint, the claim demoted, the request finished (aborted)."""
+    trace = resumed_in_place(satisfied=False, value="w")
+    trace.claim_event("demoted", "C", reason="state identity not established").finish("r", "abort")
+    verdict = check_bytes(trace.ndjson())
+    assert verdict.outcome is Outcome.accepted, verdict.reason
+
+
+@pytest.mark.parametrize(
+    ("tensor", "count", "field"),
+    [
+        ({"shape": [1] * 9}, 1, "tensors[0].shape"),
+        ({"shape": [-1]}, 1, "tensors[0].shape[0]"),
+        ({}, 4097, "checkpoint.tensors"),
+        ({"layout": 7}, 1, "tensors[0].layout"),
+    ],
+)
+def test_checkpoint_abi_metadata_is_bounded_and_typed(tensor: dict[str, Any], count: int, field: str) -> None:
+    """A checkpoint's tensor list and shapes are bounded, and every metadata field typed."""
+    metadata = {"kind": "ssm_state", "layer": "l0", "shape": [4, 64, 64]}
+    metadata |= {"logical_dtype": "float32", "storage_dtype": "float32", "layout": "row_major", **tensor}
+    trace = TraceBuilder(usable_blocks=80).accept("C", two_key=True).store_prefix("C", 4)
+    checkpoint = {"boundary": 4, "payload_hash": "p", "value_hash": "v", "tensors": [metadata] * count}
+    verdict = check_bytes(trace.materialize("C", 4, checkpoint=checkpoint).ndjson())
+    assert verdict.outcome is Outcome.invalid and field in verdict.reason, verdict.reason

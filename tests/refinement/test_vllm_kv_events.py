@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 import pytest
 import yaml
+from support.kv_registry import BLOCK, REGISTRY_BROKEN, TOKENS, registry, write_registry
 
 from kvclaims.refinement import ErrorClass, Outcome, check_trace
 from kvclaims.refinement.evidence import evidence_items
@@ -24,41 +25,6 @@ from kvclaims.spec.tables import DEPTH_SUPPLIES
 from kvclaims.spec.vocabulary import AdapterDepth, TelemetryJoinPrecondition
 
 P = TelemetryJoinPrecondition
-BLOCK = 4
-TOKENS = list(range(100, 108))  # two blocks of four tokens
-
-
-def registry(**overrides: Any) -> dict[str, Any]:
-    claim = {
-        "claim_id": "claim:sys",
-        "owner_scope": "tenant-a",
-        "object_id": "prefix:sys",
-        "mode": "best_effort",
-        "predicate": {"kind": "leading_prefix_at_least", "blocks": 2},
-        "footprint_blocks": 2,
-        "registered_before_seq": 0,
-        "token_map": {"tokenizer": "tok@rev1", "token_ids": TOKENS},
-    }
-    document = {
-        "kvclaims_registry": 1,
-        "observation_point": "end of each KVEventBatch (ZMQ publisher)",
-        "medium": "GPU",
-        "cache_identity": {
-            "cache_key_domain": "vllm-prefix",
-            "model_id": "tiny@rev1",
-            "token_hash_domain": "sha256_cbor",
-            "block_size": BLOCK,
-            "kv_format": "auto",
-        },
-        "request_ids": ["req-1"],
-        "claims": [claim],
-    }
-    for key, value in overrides.items():
-        if key.startswith("claim."):
-            claim[key.removeprefix("claim.")] = value
-        else:
-            document[key] = value
-    return document
 
 
 def stored(
@@ -113,9 +79,7 @@ def json_capture(items: list[tuple[int, list[dict[str, Any]]]]) -> bytes:
 def run(tmp_path: Path, capture: bytes, document: dict[str, Any], suffix: str = ".kvevents"):
     trace = tmp_path / f"capture{suffix}"
     trace.write_bytes(capture)
-    reg = tmp_path / "registry.yaml"
-    reg.write_text(yaml.safe_dump(document))
-    return check_trace(trace, registry=reg)
+    return check_trace(trace, registry=write_registry(tmp_path, document))
 
 
 @pytest.mark.parametrize("form", ["msgpack", "json"])
@@ -142,17 +106,6 @@ BROKEN: dict[
     str, tuple[TelemetryJoinPrecondition, dict[str, Any], list[tuple[int, list[dict[str, Any]]]] | None]
 ] = {
     "post-hoc registration": (P.external_claim_registry, {"claim.registered_before_seq": 5}, None),
-    "claim id equals a request id": (P.stable_claim_id, {"request_ids": ["claim:sys"]}, None),
-    "predicate longer than footprint": (
-        P.fixed_materialization_predicate,
-        {"claim.predicate": {"kind": "leading_prefix_at_least", "blocks": 3}},
-        None,
-    ),
-    "token map too short": (
-        P.deterministic_request_token_map,
-        {"claim.token_map": {"tokenizer": "t", "token_ids": [1]}},
-        None,
-    ),
     "block size differs": (
         P.fixed_cache_identity,
         {},
@@ -180,6 +133,7 @@ BROKEN: dict[
         [(0, [stored([b"\x01" * 8], TOKENS[:4])]), (1, [stored([b"\x01" * 8], [9, 9, 9, 9])])],
     ),
 }
+BROKEN |= {name: (p, overrides, None) for name, (p, overrides) in REGISTRY_BROKEN.items()}
 
 
 @pytest.mark.parametrize("name", sorted(BROKEN))

@@ -69,10 +69,10 @@ def test_written_yaml_loads_and_is_judged_as_indexed(generated) -> None:  # type
         assert not verdict.label.is_sound and entry["fails_closed"]
 
 
-def test_same_seed_same_output(rows: list[PositiveRow], tmp_path: Path) -> None:
+def test_same_seed_same_output_on_one_worker_or_two(rows: list[PositiveRow], tmp_path: Path) -> None:
     chosen = rows[:2] + rows[-2:]
-    run_adversary(chosen, tmp_path / "one", seed=7, budget_s=900)
-    run_adversary(chosen, tmp_path / "two", seed=7, budget_s=900)
+    run_adversary(chosen, tmp_path / "one", seed=7, budget_s=900, jobs=1)
+    run_adversary(chosen, tmp_path / "two", seed=7, budget_s=900, jobs=2)
     one = sorted(p.relative_to(tmp_path / "one") for p in (tmp_path / "one").rglob("*") if p.is_file())
     two = sorted(p.relative_to(tmp_path / "two") for p in (tmp_path / "two").rglob("*") if p.is_file())
     assert one == two and len(one) > 100
@@ -81,5 +81,7 @@ def test_same_seed_same_output(rows: list[PositiveRow], tmp_path: Path) -> None:
 
 
 def test_a_budget_cut_is_reported_incomplete(rows: list[PositiveRow]) -> None:
-    report = run_adversary(rows[:1], None, budget_s=0)
+    """The budget is checked between rows: the first row is searched, the second is not."""
+    report = run_adversary(rows[:2], None, budget_s=0)
     assert not report.complete and report.distinct >= 1
+    assert report.distinct == run_adversary(rows[:1], None, budget_s=0).distinct

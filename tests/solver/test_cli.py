@@ -18,6 +18,7 @@ def test_prove_a_prefix_writes_only_those_results(tmp_path: Path) -> None:
     written = sorted(p.name for p in tmp_path.iterdir())
     assert written == [
         "capacity.anchor_live_trace_numbers_rejected.json",
+        "capacity.refusal_justified_by_reserved_blocks.json",
         "capacity.refusal_only_when_over_capacity.json",
     ]
     assert json.loads((tmp_path / written[0]).read_text())["verdict"] == "proved"
@@ -52,3 +53,11 @@ def test_adversary_with_no_budget_is_incomplete_and_says_so(tmp_path: Path) -> N
     assert code == 1
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["complete"] is False and summary["distinct_descriptors"] >= 1
+
+
+def test_prove_gives_the_same_results_on_one_worker_and_on_two(tmp_path: Path) -> None:
+    for jobs in ("1", "2"):
+        assert main(["prove", "requests.", "capacity.", "--jobs", jobs, "--out", str(tmp_path / jobs)]) == 0
+    one, two = (sorted((tmp_path / j).iterdir()) for j in ("1", "2"))
+    assert [p.name for p in one] == [p.name for p in two] and len(one) == 6
+    assert all(a.read_text() == b.read_text() for a, b in zip(one, two, strict=True))

@@ -60,6 +60,11 @@ def test_every_required_property_is_an_obligation() -> None:
         "lifecycle.blocking_ids_name_only_responsible_claims",
         "capacity.refusal_only_when_over_capacity",
         "lifecycle.every_phase_reachable",
+        "terms.plain_acceptance_cannot_launder_harm",
+        "capacity.refusal_justified_by_reserved_blocks",
+        "duration.no_expiry_before_promised_duration",
+        "blocks.holders_keep_their_content",
+        "restore.satisfied_reuse_only_after_confirmed_restore",
     }
     assert required <= names
     assert {o.method for o in all_obligations()} == set(Method)

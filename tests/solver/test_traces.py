@@ -9,10 +9,10 @@ import pytest
 from kvclaims.refinement import check_bytes, check_trace
 from kvclaims.solver.capacity_model import CAPACITY_FIELDS, violated_checks
 from kvclaims.solver.traces import (
+    ACTIONS,
     AT_END,
     CLASSES,
     HEADER_USABLE,
-    RULES_AWAITING_BMC,
     TraceReport,
     candidates,
     generate,
@@ -31,7 +31,27 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, TraceRepo
 def test_every_class_yields_a_trace_and_every_rule_is_targeted(generated) -> None:  # type: ignore[no-untyped-def]
     _, report = generated
     assert report.missing_classes == []
-    assert {c.rule for c in CLASSES} == set(ConformanceRule) - RULES_AWAITING_BMC
+    assert {c.rule for c in CLASSES} == set(ConformanceRule)
+
+
+def test_every_variant_class_has_a_conforming_twin_of_the_same_length(generated) -> None:  # type: ignore[no-untyped-def]
+    """The planted trace with each variant action replaced by its plain one is accepted by the
+    real checker, and has as many lines: the rule, not the shape, decides the rejection."""
+    out, report = generated
+    by_id = {c.id: c for c in CLASSES}
+    by_name = {a.name: a for a in ACTIONS}
+    twinned = [entry for entry in report.written if by_id[entry["class"]].twin]
+    assert {entry["class"] for entry in twinned} == {c.id for c in CLASSES if c.twin}
+    for entry in twinned:
+        cls = by_id[entry["class"]]
+        planted = (out / "traces" / entry["file"]).read_text()
+        actions = tuple(by_name[name] for name in entry["actions"])
+        twin = cls.conforming_twin(actions)
+        assert twin != actions, entry["file"]
+        text = write_trace(cls, twin).text()
+        verdict = check_bytes(text.encode())
+        assert verdict.outcome.value == "accepted", (entry["file"], verdict.counterexample)
+        assert len(text.splitlines()) == len(planted.splitlines()), entry["file"]
 
 
 def test_every_trace_is_rejected_by_check_trace_with_its_rule_at_the_planted_step(generated) -> None:  # type: ignore[no-untyped-def]

@@ -197,3 +197,15 @@ def test_engine_demo_stage_runs_every_engine_scenario(tmp_path: Path) -> None:
     )
     summary = json.loads((tmp_path / "vllm-engine" / "summary.json").read_text())
     assert set(summary) == set(ENGINE_SCENARIOS)
+
+
+@pytest.mark.vllm
+def test_tiny_model_hybrid_builds_the_qwen3_next_the_hybrid_lane_runs(tmp_path: Path) -> None:
+    from kvclaims.lab.tiny_model import TINY_QWEN3_NEXT, is_tiny_model
+
+    target = tmp_path / "hybrid"
+    assert run_cli(["vllm", "tiny-model", "--hybrid", str(target)]) == Exit.ok
+    assert is_tiny_model(target, hybrid=True) and not is_tiny_model(target)
+    config = json.loads((target / "config.json").read_text(encoding="utf-8"))
+    assert config["architectures"] == ["Qwen3NextForCausalLM"]
+    assert config["layer_types"] == TINY_QWEN3_NEXT["layer_types"]

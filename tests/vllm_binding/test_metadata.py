@@ -121,8 +121,31 @@ def test_every_documented_key_is_read() -> None:
         "kvclaims_owner_token": "t",
         "kvclaims_raw_types": "ok",
     }
-    assert set(metadata) | {"kvclaims_predicate_blocks"} == set(KEYS)
+    assert set(metadata) | {"kvclaims_predicate_blocks", "kvclaims_checkpoint_boundary_blocks"} == set(KEYS)
     assert isinstance(parse_claim_metadata(metadata), ClaimRequest)
+
+
+def test_a_checkpoint_boundary_makes_a_two_key_claim_and_excludes_other_predicates() -> None:
+    from kvclaims.spec.claims import CacheIdentity, HybridTwoKey
+    from kvclaims.vllm_binding.metadata import claim_input
+
+    parsed = parse_claim_metadata(submit(kvclaims_checkpoint_boundary_blocks=2))
+    assert isinstance(parsed, ClaimRequest) and parsed.checkpoint_boundary_blocks == 2
+    identity = CacheIdentity(
+        cache_key_domain="d",
+        model_id="m",
+        token_hash_domain="t",
+        namespace="",
+        block_size=16,
+        kv_format="bf16",
+    )
+    claim = claim_input(parsed, owner="o", cache_identity=identity)
+    assert claim.materialization_predicate == HybridTwoKey(boundary_blocks=2)  # type: ignore[union-attr]
+    both = parse_claim_metadata(submit(kvclaims_checkpoint_boundary_blocks=2, kvclaims_predicate_blocks=2))
+    assert isinstance(both, MetadataRejection)
+    assert "kvclaims_predicate_blocks and kvclaims_checkpoint_boundary_blocks" in both.reason
+    typed = parse_claim_metadata(submit(kvclaims_checkpoint_boundary_blocks=True))
+    assert isinstance(typed, MetadataRejection) and "must be an integer" in typed.reason
 
 
 def test_the_boundary_marker_decides_and_a_typed_engine_requires_it() -> None:

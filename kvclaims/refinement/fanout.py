@@ -1,0 +1,182 @@
+"""Units of checking work fanned out to processes or a Ray cluster, results back in input order.
+
+A *unit* is whatever one call of the work function checks: one trace, or a group of files that
+must be judged together (the per-engine streams of one fleet). The work function is a
+module-level function (picklable) of one unit; it must be deterministic, so that the verdicts do
+not depend on where a unit ran. `stream` yields the results in the order of the units whatever
+order they finish in, and calls `on_done` once per unit yielded.
+
+Three places run units:
+
+- this process (`jobs` 1, no Ray): one after another;
+- a process pool (`jobs` N): `concurrent.futures.ProcessPoolExecutor`;
+- a Ray cluster (`ray_address`): one Ray task per unit, at most `RAY_IN_FLIGHT_PER_CPU` tasks
+  per cluster CPU in flight, each result fetched in unit order as soon as it and those before
+  it are done (streamed: the driver never holds more than the in-flight window). `"local"`
+  starts a cluster in this process (`ray.init` with `num_cpus=jobs`, no dashboard) and stops
+  it afterwards; any other address joins that cluster. A process already connected to Ray
+  (`ray.is_initialized()`) uses its cluster whatever the address, and keeps it. Ray listens on
+  every interface of the machine whatever address it is given: run a local cluster only where
+  that is acceptable (the project's tests run it inside a loopback-only network namespace).
+
+On a cluster, the workers read the files themselves: every node must see the same paths (a
+shared filesystem) and run the same kvclaims. Both are checked: each task returns the kvclaims
+version it ran and the size it saw of each file, and a difference from the driver's is an
+`InputError` naming `--ray`, never a verdict of another file. So is a missing Ray.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from kvclaims.spec.errors import InputError, Problem
+
+Unit = tuple[Path, ...]
+"""One trace, or a group of files checked together."""
+
+R = TypeVar("R")
+
+LOCAL = "local"
+"""The `ray_address` that starts a Ray cluster in this process."""
+
+RAY_IN_FLIGHT_PER_CPU = 4
+"""Tasks in flight per cluster CPU: enough to keep every worker busy while the driver fetches
+results in order, few enough that results waiting behind a slow unit stay bounded."""
+
+RAY_OBJECT_STORE_BYTES = 128 * 1024 * 1024
+"""The object store of a local cluster: results are verdicts, small; Ray's default (30% of
+memory) would take gigabytes from a shared machine."""
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """What a worker saw: its kvclaims version and the size of each file of its unit."""
+
+    version: str
+    sizes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class _Task(Generic[R]):
+    result: R
+    seen: _Seen
+
+
+def _sizes(unit: Unit) -> tuple[int, ...]:
+    return tuple(path.stat().st_size if path.is_file() else -1 for path in unit)
+
+
+def _version() -> str:
+    from kvclaims import __version__
+
+    return __version__
+
+
+def _run_unit(work: Callable[[Unit], R], unit: Unit) -> _Task[R]:
+    """Run `work` on `unit` where the task landed, with what that place saw of it."""
+    return _Task(work(unit), _Seen(_version(), _sizes(unit)))
+
+
+def stream(
+    work: Callable[[Unit], R],
+    units: Sequence[Unit],
+    *,
+    jobs: int = 1,
+    ray_address: str | None = None,
+    on_done: Callable[[], None] | None = None,
+) -> Iterator[R]:
+    """`work(unit)` of every unit, yielded in the order of `units` as soon as it and every unit
+    before it are done (see the module). An exception of `work` is raised when its unit's turn
+    comes, as a sequential run would raise it."""
+    if ray_address is not None:
+        yield from _on_ray(work, units, ray_address, jobs, on_done)
+    elif min(jobs, len(units)) <= 1:
+        for unit in units:
+            result = work(unit)
+            if on_done is not None:
+                on_done()
+            yield result
+    else:
+        yield from _in_processes(work, units, min(jobs, len(units)), on_done)
+
+
+def _in_processes(
+    work: Callable[[Unit], R], units: Sequence[Unit], workers: int, on_done: Callable[[], None] | None
+) -> Iterator[R]:
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(work, unit) for unit in units]
+        try:
+            for future in futures:
+                result = future.result()
+                if on_done is not None:
+                    on_done()
+                yield result
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+
+def _on_ray(
+    work: Callable[[Unit], R],
+    units: Sequence[Unit],
+    address: str,
+    jobs: int,
+    on_done: Callable[[], None] | None,
+) -> Iterator[R]:
+    try:
+        import ray
+    except ImportError:
+        raise _ray_problem("needs Ray: install the ray extra (pip install 'kvclaims[ray]')") from None
+    started_here = False
+    if not ray.is_initialized():
+        if address == LOCAL:
+            ray.init(
+                num_cpus=jobs,
+                include_dashboard=False,
+                object_store_memory=RAY_OBJECT_STORE_BYTES,
+                log_to_driver=False,
+            )
+        else:
+            ray.init(address=address, log_to_driver=False)
+        started_here = True
+    try:
+        remote = ray.remote(_run_unit)
+        window = RAY_IN_FLIGHT_PER_CPU * max(1, int(ray.cluster_resources().get("CPU", 1)))
+        version = _version()
+        pending: deque[tuple[Unit, Any]] = deque()
+        queued = iter(units)
+        for unit in queued:
+            pending.append((unit, remote.remote(work, unit)))
+            if len(pending) >= window:
+                break
+        while pending:
+            unit, ref = pending.popleft()
+            task: _Task[R] = ray.get(ref)
+            _check_seen(unit, task.seen, version)
+            next_unit = next(queued, None)
+            if next_unit is not None:
+                pending.append((next_unit, remote.remote(work, next_unit)))
+            if on_done is not None:
+                on_done()
+            yield task.result
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def _check_seen(unit: Unit, seen: _Seen, version: str) -> None:
+    if seen.version != version:
+        raise _ray_problem(f"the cluster runs kvclaims {seen.version}, this driver {version}")
+    local = _sizes(unit)
+    if seen.sizes != local:
+        names = ", ".join(str(p) for p, a, b in zip(unit, local, seen.sizes, strict=True) if a != b)
+        raise _ray_problem(f"the cluster does not see the same files as this driver: {names}")
+
+
+def _ray_problem(message: str) -> InputError:
+    return InputError([Problem("--ray", message)])
