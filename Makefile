@@ -6,12 +6,12 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.kvclaims-installed
 VLLM_STAMP := $(VENV)/.kvclaims-vllm-installed
 
-.PHONY: setup setup-vllm test test-vllm-033 gpu-lane demo lint reports schemas clean
+.PHONY: setup setup-vllm test test-vllm-033 gpu-lane fleet-lane demo lint reports schemas clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,ray]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,ray,fleet]'
 	touch $@
 
 setup: $(STAMP)
@@ -27,6 +27,12 @@ $(VLLM_STAMP): constraints.txt | $(STAMP)
 	touch $@
 
 setup-vllm: $(VLLM_STAMP)
+
+# The fleet lane alone: two vLLM engines behind vllm-router (the fleet extra), a restart, the
+# fleet check. Minutes on 2 cores and about 2.5 GiB (docs/vllm-binding.md); `make test` runs it
+# too (KVCLAIMS_FLEET_LANE=1), a bare `pytest` skips it.
+fleet-lane: $(STAMP) $(VLLM_STAMP)
+	KVCLAIMS_REQUIRE_VLLM=1 KVCLAIMS_FLEET_LANE=1 $(PY) -m pytest -s tests/lab/test_fleet.py
 
 # vLLM 0.33.0, the current release, has no CPU build: its CUDA wheel is installed with
 # --no-deps next to the CPU torch 2.13.0 (0.33 pins torch 2.14.0, which has no CPU build on the
@@ -74,10 +80,10 @@ gpu-lane:
 	KVCLAIMS_REQUIRE_VLLM=1 $(PYGPU) -m pytest tests/lab/test_engine_lane.py tests/vllm_binding/test_server.py \
 	  tests/lab/test_production_engines.py -k "not data_parallel"
 
-# vLLM-marked tests fail (not skip) here when vLLM is missing. Then the scheduler lane again
+# vLLM-marked tests fail (not skip) here when vLLM is missing; the fleet lane runs. Then the scheduler lane again
 # on vLLM 0.33.0 (from an empty venv 13 min 52 s on a loaded 2-core machine; docs/vllm-binding.md).
 test: setup setup-vllm
-	KVCLAIMS_REQUIRE_VLLM=1 $(PY) -m pytest
+	KVCLAIMS_REQUIRE_VLLM=1 KVCLAIMS_FLEET_LANE=1 $(PY) -m pytest
 	$(MAKE) test-vllm-033
 
 demo: setup setup-vllm

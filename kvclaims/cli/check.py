@@ -5,7 +5,9 @@ TRACE is a trace file, a directory (searched recursively for *.jsonl, *.ndjson, 
 trace v1 and the foreign vocabularies: blockpool, offload-hook, pydev-connector, and the KV
 block events of vLLM, TensorRT-LLM and SGLang (`vllm-kv-events`, `trtllm-kv-events`,
 `sglang-kv-events`: each needs `--registry`, an external claim registry; SGLang's frames look
-like vLLM's, so name `--format sglang-kv-events`). A rejection prints its counterexample
+like vLLM's, so name `--format sglang-kv-events`). A KV-event capture found without
+`--registry` gets its own `inconclusive` verdict and the other traces are still judged; naming
+a KV-event `--format` without `--registry` is bad input. A rejection prints its counterexample
 with the surrounding events; several traces print one summary table (in file order) and the
 totals by outcome. Several traces are checked in parallel, one process per core: `--jobs N` sets
 the number of processes, `--jobs 1` checks them one after another; the verdicts are the same.
@@ -22,7 +24,17 @@ open prefix (a live trace, or one cut on purpose), as if it ended where it stops
 
 `--evidence-out FILE` writes the anchored evidence items (YAML, or JSON for *.json) that the
 traces supply, ready to cite in a runtime descriptor; it writes nothing unless every trace is
-accepted.
+accepted. A KV-event capture's anchors also name its format and `--registry` (path and
+sha256), so whoever re-checks the descriptor's evidence reads the capture as it was read here.
+
+`--fleet ROUTER` checks a fleet instead: TRACE... are the engines' own streams (each header
+names its `engine_id`), ROUTER the routing hook's stream; the engine streams are checked one by
+one, then the routing rules per claim and request across them (no order between streams is
+assumed). Two streams of one engine (a restart), a truncated stream or a request the chosen
+engine's stream never mentions make the fleet inconclusive. `--router-format
+dynamo-active-sequences` reads ROUTER as NVIDIA Dynamo's KV router decisions (its
+`ActiveSequenceEvent` lines) instead, with `--router-claims FILE` (a JSON object: request id ->
+claim id) naming the claim each routed request reuses.
 
 Exit codes (the worst over all traces): 0 accepted, 1 rejected, 2 invalid input, 3 inconclusive.
 """
@@ -55,8 +67,10 @@ from kvclaims.cli._common import (
     stdout_console,
 )
 from kvclaims.refinement import fanout
+from kvclaims.refinement.fleet import ROUTER_FORMAT, ROUTER_FORMATS, check_fleet
 from kvclaims.refinement.sources import AUTO, FORMATS
 from kvclaims.spec.errors import InputError, Problem
+from kvclaims.spec.tables import KV_EVENT_FORMATS
 
 if TYPE_CHECKING:
     from kvclaims.refinement.verdict import TraceVerdict
@@ -118,11 +132,19 @@ def _say_skipped(targets: list[Path]) -> None:
 def run(args: argparse.Namespace) -> int:
     from kvclaims.refinement.verdict import Outcome
 
+    if args.fleet is not None:
+        return _run_fleet(args)
+    if args.router_claims is not None or args.router_format != ROUTER_FORMAT:
+        raise InputError([Problem("--router-format", "only with --fleet")])
     files = trace_files(args.traces)
     if STDIN in files and args.evidence_out is not None:
         raise InputError(
             [Problem("-", "--evidence-out needs trace files: an evidence item cites its trace's path")]
         )
+    if args.format in KV_EVENT_FORMATS and args.registry is None:
+        # named for the whole run, so no trace of it could be judged: say so before reading any
+        needs = f"--format {args.format} captures need a claim registry (--registry FILE)"
+        raise InputError([Problem("--registry", needs)])
     _say_skipped(args.traces)
     if not files:
         stderr_console().print("[bold red]error:[/] no trace files found")
@@ -157,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
                 f"(worst outcome: {worst})"
             )
         else:
-            written = _write_evidence(args.evidence_out, files, verdicts)
+            written = _write_evidence(args.evidence_out, files, verdicts, args.registry)
             stderr_console().print(f"{written} evidence items written to {args.evidence_out}")
     return EXIT_CODES[worst.value]
 
@@ -170,6 +192,38 @@ class CheckOptions:
     registry: Path | None = None
     strict: bool = False
     open_prefix: bool = False
+
+
+_NOT_WITH_FLEET = ("registry", "open", "strict", "evidence_out", "ray")
+
+
+def _run_fleet(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+
+    given = [f"--{name.replace('_', '-')}" for name in _NOT_WITH_FLEET if getattr(args, name)]
+    if args.router_claims is not None and args.router_format == ROUTER_FORMAT:
+        given.append("--router-claims")
+    if given or args.format != AUTO:
+        raise InputError([Problem("--fleet", f"not with {', '.join(given) or '--format'}")])
+    files = trace_files(args.traces)
+    if STDIN in files or not files:
+        raise InputError([Problem("--fleet", "needs the engines' trace files")])
+    verdict = check_fleet(args.fleet, files, router_format=args.router_format, claims=args.router_claims)
+    if args.json:
+        print_json_lines([verdict.to_json()])
+    else:
+        console = stdout_console()
+        outcome = verdict.outcome.value
+        console.print(f"[{OUTCOME_STYLES[outcome]}]{outcome}[/] fleet: {escape(verdict.reason)}")
+        for engine in verdict.engines:
+            console.print(
+                escape(f"  engine {engine.engine_id or '?'} {engine.path}: {engine.verdict.reason}")
+            )
+        routes = ", ".join(f"{count} {name}" for name, count in verdict.routes.items())
+        console.print(escape(f"  router {verdict.router}: routed reuse {routes}"))
+        for note in verdict.notes:
+            console.print(escape(f"  note: {note}"))
+    return EXIT_CODES[verdict.outcome.value]
 
 
 def check_files(
@@ -385,13 +439,13 @@ def _print_summary(verdicts: list[Any]) -> None:
             print_one(verdict, stderr_console())
 
 
-def _write_evidence(out: Path, files: list[Path], verdicts: list[Any]) -> int:
+def _write_evidence(out: Path, files: list[Path], verdicts: list[Any], registry: Path | None) -> int:
     from kvclaims.refinement.evidence import evidence_items
 
     items = [
         item.model_dump(mode="json", exclude_defaults=True)
         for path, verdict in zip(files, verdicts, strict=True)
-        for item in evidence_items(verdict, path, relative_to=out.parent)
+        for item in evidence_items(verdict, path, relative_to=out.parent, registry=registry)
     ]
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.suffix == ".json":
@@ -436,5 +490,24 @@ def _write_evidence(out: Path, files: list[Path], verdicts: list[Any]) -> int:
 )
 @click.option("--strict", is_flag=True, help="refuse fields outside trace v1 (default: keep as context)")
 @click.option("--evidence-out", type=PathType, metavar="FILE", help="write evidence items (accepted only)")
+@click.option(
+    "--fleet",
+    type=PathType,
+    metavar="ROUTER",
+    help="check a fleet: ROUTER is the routing hook's stream, TRACE... the engines' streams",
+)
+@click.option(
+    "--router-format",
+    type=click.Choice(ROUTER_FORMATS),
+    default=ROUTER_FORMAT,
+    show_default=True,
+    help="with --fleet: what ROUTER is (the routing hook's stream, or Dynamo's KV router decisions)",
+)
+@click.option(
+    "--router-claims",
+    type=PathType,
+    metavar="FILE",
+    help="with --fleet and a router's own records: a JSON object, request id -> claim id",
+)
 def command(**options: object) -> int:
     return runs(run)(**options)

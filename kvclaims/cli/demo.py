@@ -7,8 +7,9 @@ the MicroRuntime scenarios, the Z3 proofs, the adversary, the vLLM scheduler, en
 lanes (skipped, and said so, when vLLM is not installed; the hybrid lane is seed 002's resume
 and a caught corruption on a tiny hybrid model), a refinement check of every trace this run
 wrote, and the pictures; the check of every trace includes the bundled trace corpus (the traces
-the shipped descriptors cite as evidence). Then writes DIR/REPORT.md, the one document that
-answers: does my runtime surface conform, did this run conform, are the rules sound.
+the shipped descriptors cite as evidence, each read as its anchors say: format, claim
+registry). Then writes DIR/REPORT.md, the one document that answers: does my runtime surface
+conform, did this run conform, are the rules sound.
 
 Progress is shown while it runs (plain lines when output is piped); each stage's own output goes
 to DIR/logs/<stage>.log. A failing stage does not stop the run: it is recorded, the other stages
@@ -73,10 +74,8 @@ def _external_corpus(out: Path) -> str:
 
 
 def _bundled_traces() -> list[FoundTrace]:
-    from kvclaims.cli.check import trace_files
-    from kvclaims.report.verdicts import folder_traces
-
-    return folder_traces("bundled corpus", TRACES, trace_files([TRACES]))
+    """The bundled trace corpus, each trace read as the shipped descriptors' anchors say."""
+    return report.descriptor_traces("bundled corpus", TRACES, DESCRIPTORS)
 
 
 def _this_runs_traces(out: Path) -> list[FoundTrace]:

@@ -4,7 +4,9 @@ and your traces.
 `--descriptors DIR`: runtime descriptors (YAML, format `descriptor: 1`), each lowered for every
 protection mode at every adapter depth (the lowering matrix and its heatmap). `--traces DIR`:
 traces your runtime wrote (searched recursively like `kvclaims check`), each checked by
-refinement: a trace named `control-*` must not be accepted, every other trace must be. The
+refinement: a trace named `control-*` must not be accepted, every other trace must be. A trace
+that an anchor of `--descriptors` cites is read as the anchor says (its `format` and claim
+`registry`); a KV-event capture no anchor gives a registry is inconclusive. The
 report answers each question in one sentence and shows only the rows a reader must look at
 (the rest are counted). Pictures: the claim lifecycle, and the timeline of one of your accepted
 traces. Give at least one of the two folders.
@@ -74,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     if args.descriptors is not None:
         stages.append(("lowering matrix", functools.partial(lowering_matrix, args.descriptors)))
     if args.traces is not None:
-        found = functools.partial(_user_traces, args.traces)
+        found = functools.partial(_user_traces, args.traces, args.descriptors)
         stages.append(("check every trace", functools.partial(check_every_trace, found)))
     timeline = functools.partial(accepted_trace, args.traces.parent) if args.traces else _no_trace
     stages.append(("pictures", functools.partial(pictures, sweep=False, timeline_from=timeline)))
@@ -87,11 +89,19 @@ def _no_trace(out: Path) -> None:
     return None
 
 
-def _user_traces(folder: Path, out: Path) -> list[FoundTrace]:
+def descriptor_traces(lane: str, folder: Path, descriptors: Path | None) -> list[FoundTrace]:
+    """The traces under `folder`, each read as the anchors of the descriptors in `descriptors`
+    that cite it say (its format and claim registry); a trace no anchor cites is detected."""
     from kvclaims.cli.check import trace_files
-    from kvclaims.report.verdicts import folder_traces
+    from kvclaims.report.verdicts import anchored_checks, folder_traces
+    from kvclaims.spec.descriptor import load_descriptors
 
-    return folder_traces("your traces", folder, trace_files([folder]))
+    cited = load_descriptors([descriptors], on_skip=note_skipped_descriptor) if descriptors else []
+    return folder_traces(lane, folder, trace_files([folder]), anchored_checks([d for _, d in cited]))
+
+
+def _user_traces(folder: Path, descriptors: Path | None, out: Path) -> list[FoundTrace]:
+    return descriptor_traces("your traces", folder, descriptors)
 
 
 def lowering_matrix(descriptors: Path, out: Path) -> str:

@@ -266,6 +266,20 @@ def _run_descriptor(args: argparse.Namespace) -> int:
     return Exit.ok
 
 
+def _run_pressure(args: argparse.Namespace) -> int:
+    refused = _refuse_without_vllm()
+    if refused is not None:
+        return refused
+    from kvclaims.lab.pressure_controls import run_controls, write_artifact
+
+    result = run_controls(args.runtime)
+    write_artifact(result, args.out)
+    for name, control in result["controls"].items():
+        print(f"{name}: {control['passes']}/{control['runs']} trials as soft priority predicts")
+    print_written([args.out], as_json=args.json)
+    return Exit.ok
+
+
 def _run_sweep(args: argparse.Namespace) -> int:
     refused = _refuse_without_vllm()
     if refused is not None:
@@ -371,6 +385,8 @@ def demo_stage(out: Path) -> str:
         summary[name] = {"verdict": outcome, **result.numbers}
     (target / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
     hard, native, live = summary["hard-60-70-80"], summary["native-60-70-80"], summary["live-pressure-40-46"]
+    agents = summary["continuum-agent-jobs"]
+    stock, claimed = agents["stock_continuum_like_pins"], agents["claims"]
     controls = sum(1 for s in SCENARIOS.values() if s.control)
     return (
         f"{len(summary)} scenarios on vLLM's scheduler ({len(summary) - controls} accepted, "
@@ -379,7 +395,10 @@ def demo_stage(out: Path) -> str:
         f"{hard['protected_resident_blocks']} + {hard['active_live_blocks_required']} = "
         f"{hard['resident_plus_active_blocks']} > {hard['usable_blocks']}, refused, shortfall "
         f"{hard['capacity_shortfall_blocks']}; live: {live['resident_plus_active_blocks']} > "
-        f"{live['usable_blocks']}, shortfall {live['capacity_shortfall_blocks']}"
+        f"{live['usable_blocks']}, shortfall {live['capacity_shortfall_blocks']}; Continuum TTL pins: "
+        f"stock-like {stock['peak_pinned_blocks']}/{agents['usable_blocks']} blocks pinned, "
+        f"{stock['jobs_completed']}/{agents['jobs']} jobs done; as claims {claimed['peak_pinned_blocks']} "
+        f"pinned, {claimed['rejected']} pins rejected, {claimed['jobs_completed']}/{agents['jobs']} done"
     )
 
 
@@ -560,6 +579,21 @@ def _repeat_command(**options: object) -> int:
     """Run the engine-lane scenarios N times, each repetition in a fresh process; prints the
     gates, the controls and the latencies over all runs."""
     return runs(_run_repeat)(**options)
+
+
+@command.command("pressure")
+@click.option(
+    "--runtime",
+    type=click.Choice(["stock", "binding"]),
+    required=True,
+    help="stock vLLM with scheduling_policy=priority, or the binding's soft_priority claims",
+)
+@out_option("artifact JSON to write", required=True, metavar="FILE")
+@json_option
+def _pressure_command(**options: object) -> int:
+    """Run seed 000's three priority pressure controls (original, swapped, equal) on vLLM's
+    scheduler and write the artifact descriptors anchor their observations on."""
+    return runs(_run_pressure)(**options)
 
 
 @command.command("descriptor")

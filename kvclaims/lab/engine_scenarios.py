@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvclaims.lab import continuum_engine
 from kvclaims.lab.engine_lane import engine_prompt
 from kvclaims.lab.scheduler_scenarios import Expectation, Scenario, ScenarioResult, read_events
 from kvclaims.lab.seed_cases import Lane, SeedCase, on_lane, recorded_proof, trace_numbers
@@ -559,3 +560,6 @@ def judge(
         if named:
             return f"a control's trace evidences {obligation} for {named}"
     return None
+
+
+_scenario(continuum_engine.NAME, continuum_engine.SUMMARY)(continuum_engine.continuum_agent_turns)

@@ -20,6 +20,11 @@ checks, after every step, invariants named after the property they guard:
 It lives in the lab, not in `kvclaims.microruntime`, because that invariant needs the
 refinement checker and only the lab (and the layers above it) may import refinement.
 
+`FleetMachine` runs several MicroRuntime pools behind a router: claims kept on one engine,
+reuses routed to any with a predicted hit, the router stream judged by the routing model
+(`kvclaims.statemachine.routing`) after every step; `MisattributingFleetMachine` plants a hook
+that reports predictions as deliveries, which the CI profile must find.
+
 Subclass it to fuzz your own runtime: set `runtime_class` (a `MicroRuntime` subclass) and/or
 `policy`. Coverage of lifecycle phases and transitions accumulates on the class, so a test can
 assert that a profile reached every phase. The `ci` settings profile is deterministic.
@@ -53,10 +58,18 @@ from kvclaims.refinement.checker import Checker, Rejection, Undecidable
 from kvclaims.refinement.decoding import convert_event
 from kvclaims.spec.capacity import recorded_capacity_problem
 from kvclaims.spec.tables import PRESERVING_MODES
-from kvclaims.spec.trace import RestorationOutcome
+from kvclaims.spec.trace import (
+    EVENT_MODELS,
+    RestorationOutcome,
+    RouteDecided,
+    RouteOutcome,
+    RouteReuseReported,
+)
 from kvclaims.spec.vocabulary import ProtectionMode
-from kvclaims.statemachine.lifecycle import Event, Phase
+from kvclaims.statemachine import routing
+from kvclaims.statemachine.lifecycle import RESPONSIBLE, Event, Phase
 from kvclaims.statemachine.requests import RequestEvent, RequestPhase
+from kvclaims.statemachine.system import Violation
 
 settings.register_profile("ci", bounded(max_examples=600, stateful_step_count=50))
 """Deterministic and bounded: kvclaims' own CI runs this profile."""
@@ -68,6 +81,13 @@ MIN_USABLE_BLOCKS = max(OBJECTS.values())
 """The smallest pool a machine may fuzz: every object's whole prefix fits once."""
 
 CLAIM_MODES = tuple(ProtectionMode)
+
+_NOT_REUSABLE = frozenset({Phase.absent, Phase.submitted, Phase.rejected, Phase.released})
+"""Phases in which no request may name the claim it reuses."""
+
+JOBS = 3
+JOB_TURN_BLOCKS = (5, 9, 18, 25, 32)
+"""An agent job's context per turn (seed 003 4.2), capped at the largest object's size."""
 
 
 class EmittedTraceCheck:
@@ -162,10 +182,19 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
         super().__init__()
         self.buffer = TraceBuffer()
         self.runtime = type(self).runtime_class(
-            self.usable_blocks, policy=self.policy, sink=self.buffer.append, source="kvclaims-fuzz"
+            self.usable_blocks,
+            policy=self.policy,
+            sink=self.buffer.append,
+            source="kvclaims-fuzz",
+            wall_clock=True,
         )
         for object_id, blocks in OBJECTS.items():
             self.runtime.register_object(object_id, blocks)
+        self.clock_started: dict[str, int] = {}
+        """Per `duration_ms` claim, the `t_ns` its trace says its clock (re)started at."""
+        self.job_turns: dict[str, int] = {}
+        self.job_pins: dict[str, str] = {}
+        """Per agent job, its next turn and its live pin claim (Continuum as claims)."""
         self.trace_check = EmittedTraceCheck(self.runtime.header)
         self.holding: dict[str, set[int]] = {}
         """Per claim, the positions its emitted block events say it holds."""
@@ -232,10 +261,20 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
                 )
             if name in ("active_request_refused", "active_request_deferred"):
                 self._conflict(event, usable)
+            self._track_clock(name, event)
             self._track_blocks(name, event)
             failure = self.trace_check.feed(event)
             if failure is not None:
                 self._finding("emitted_trace_accepted", failure)
+
+    def _track_clock(self, name: str, event: dict[str, Any]) -> None:
+        claim_id = event.get("claim_id")
+        if name == "resident_claim_accepted" and event.get("duration_ms"):
+            self.clock_started[claim_id] = event["t_ns"]
+        elif name == "request_reused" and event["predicate_satisfied"] and claim_id in self.clock_started:
+            claim = self.runtime.claims.get(claim_id)
+            if claim is not None and claim.spec.refresh_on_hit:
+                self.clock_started[claim_id] = event["t_ns"]
 
     def _track_blocks(self, name: str, event: dict[str, Any]) -> None:
         claim_id, position = event.get("claim_id"), event.get("position")
@@ -304,6 +343,73 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
         )
         self.runtime.submit_claim(spec)
 
+    @rule(
+        object_id=st.sampled_from(sorted(OBJECTS)),
+        duration_ms=st.integers(1, 400),
+        refresh_on_hit=st.booleans(),
+    )
+    def submit_timed_claim(self, object_id: str, duration_ms: int, refresh_on_hit: bool) -> None:
+        """A wall-clock claim (TTL style): expires `duration_ms` after acceptance, or after its
+        last satisfied reuse with `refresh_on_hit`."""
+        blocks = OBJECTS[object_id]
+        spec = ClaimSpec(
+            self._next("claim-"),
+            object_id,
+            ProtectionMode.expiring,
+            blocks,
+            blocks,
+            duration_ms=duration_ms,
+            refresh_on_hit=refresh_on_hit,
+        )
+        self.runtime.submit_claim(spec)
+
+    @rule(ms=st.integers(1, 300))
+    def advance_clock(self, ms: int) -> None:
+        """Wall-clock time passes with no engine step: timed claims whose duration ended expire."""
+        self.runtime.advance_clock(ms)
+
+    @rule(job=st.integers(0, JOBS - 1), last=st.booleans(), pin_ms=st.integers(1, 400))
+    def job_turn(self, job: int, last: bool, pin_ms: int) -> None:
+        """Seed 003's agent turn, with Continuum's pin kept as a claim: the turn reuses its
+        job's pin (its context grew), the old pin is released when the turn finishes, and a
+        non-last turn pins its context as an expiring `duration_ms` claim. Under a stock TTL
+        pin policy the runtime pins the finished turn itself (the claims are then rejected)."""
+        job_id = f"job-{job}"
+        turn = self.job_turns.get(job_id, 0)
+        blocks = min(JOB_TURN_BLOCKS[min(turn, len(JOB_TURN_BLOCKS) - 1)], MIN_USABLE_BLOCKS)
+        self.runtime.register_object(job_id, blocks)
+        pin = self.job_pins.pop(job_id, None)
+        live = self._claims(lambda c: c.spec.claim_id == pin and c.phase not in _NOT_REUSABLE)
+        spec = RequestSpec(
+            self._next(f"{job_id}-t{turn}-"),
+            job_id,
+            blocks,
+            reuse_claim=pin if live else None,
+            job_id=job_id,
+            last_turn=last,
+        )
+        self._run(spec)
+        if live and self.runtime.allows(pin, Event.release):
+            self.runtime.release(pin, "superseded by the job's next turn")
+        if last:
+            self.job_turns.pop(job_id, None)
+            return
+        self.job_turns[job_id] = turn + 1
+        claim_id = self._next(f"pin-{job_id}-")
+        plan = self.runtime.submit_claim(
+            ClaimSpec(
+                claim_id,
+                job_id,
+                ProtectionMode.expiring,
+                blocks,
+                blocks,
+                owner_scope=job_id,
+                duration_ms=pin_ms,
+            )
+        )
+        if plan.accepted:
+            self.job_pins[job_id] = claim_id
+
     @precondition(lambda self: self._claims(lambda c: c.phase is Phase.accepted))
     @rule(index=st.integers(0, 63))
     def materialize(self, index: int) -> None:
@@ -341,21 +447,13 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
             if record.phase is RequestPhase.admitted:
                 self.runtime.finish_request(request_id)
 
-    @precondition(
-        lambda self: self._claims(
-            lambda c: c.phase not in (Phase.absent, Phase.submitted, Phase.rejected, Phase.released)
-        )
-    )
+    @precondition(lambda self: self._claims(lambda c: c.phase not in _NOT_REUSABLE))
     @rule(index=st.integers(0, 63))
     def reuse(self, index: int) -> None:
-        """A request returns to a claim's object (restoring it first if it was offloaded)."""
-        claim = self._pick(
-            self._claims(
-                lambda c: c.phase not in (Phase.absent, Phase.submitted, Phase.rejected, Phase.released)
-            ),
-            index,
-        )
-        blocks = OBJECTS[claim.spec.object_id]
+        """A request returns to a claim's object (restoring it first: from the host tier if it
+        was offloaded, a materialized two-key claim's checkpoint in place)."""
+        claim = self._pick(self._claims(lambda c: c.phase not in _NOT_REUSABLE), index)
+        blocks = self.runtime.objects[claim.spec.object_id]
         self._run(
             RequestSpec(self._next("reuse-"), claim.spec.object_id, blocks, reuse_claim=claim.spec.claim_id)
         )
@@ -433,6 +531,28 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
                     f"no_unreported_predicate_loss: {claim.spec.claim_id} is materialized, its pool prefix "
                     f"has {leading} leading blocks of {claim.required_blocks}"
                 )
+
+    @invariant()
+    def timed_claims_expire_on_time(self) -> None:
+        """A `duration_ms` claim still responsible has not outlived its duration on the
+        runtime's clock (early expiry is the refinement checker's `duration` rule)."""
+        self._observe()
+        now = self.runtime.now_ns
+        for claim in self._claims(lambda c: c.phase in RESPONSIBLE and c.spec.duration_ms is not None):
+            started = self.clock_started.get(claim.spec.claim_id)
+            if started is not None and now - started >= claim.spec.duration_ms * 1_000_000:
+                promised = claim.spec.duration_ms
+                raise InvariantBroken(
+                    f"timed_claims_expire_on_time: {claim.spec.claim_id} is {claim.phase} "
+                    f"{(now - started) / 1e6:g} ms after its clock started; it promised {promised} ms"
+                )
+
+    @invariant()
+    def ttl_pins_lapse_on_time(self) -> None:
+        """A stock TTL pin (seed 003) is dropped once its engine-step TTL ends."""
+        late = [job for job, (until, _) in self.runtime._ttl_pins.items() if until <= self.runtime.step]
+        if late:
+            raise InvariantBroken(f"ttl_pins_lapse_on_time: pins of {late} outlived their TTL")
 
     @invariant()
     def blocking_ids_name_holding_hard_claims(self) -> None:
@@ -546,6 +666,189 @@ class PlantedBugMachine(MicroRuntimeMachine):
 
     runtime_class = OffByOneVictimExclusion
     coverage = Coverage()
+
+
+FLEET_ENGINES = ("A", "B")
+"""The pools of `FleetMachine`: one MicroRuntime each."""
+
+ROUTED_MODES = (ProtectionMode.hard_protected, ProtectionMode.best_effort, ProtectionMode.demotable)
+"""Modes `FleetMachine` submits (routing needs no mode of its own; these keep or lose the claim)."""
+
+
+class FleetMachine(RuleBasedStateMachine):
+    """Several MicroRuntime pools behind a router: claims kept on one engine, reuses routed to
+    any engine with a predicted hit, and the router stream a correct routing hook writes.
+
+    The hook reports what the chosen engine answered (its `request_reused`, the analogue of the
+    binding's stop reason and cached-token count): delivered when the engine holds the claim,
+    its predicate held and it served at least the predicted blocks; else missed. Invariants:
+
+    - `engine_traces_accepted`: each engine's own stream is accepted by refinement;
+    - `routed_reuse_attributed_to_holder` / `predicted_miss_reported`: the routing model
+      (`kvclaims.statemachine.routing`) accepts the engines' streams and the router stream so
+      far, with nothing undecided, and owes nothing at the end.
+
+    `report` is the hook; a subclass that overrides it plants a routing bug the CI profile must
+    find (`MisattributingFleetMachine`)."""
+
+    usable_blocks: ClassVar[int] = 48
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.buffers = {engine: TraceBuffer() for engine in FLEET_ENGINES}
+        self.runtimes = {
+            engine: MicroRuntime(self.usable_blocks, sink=buffer.append, source=f"kvclaims-fleet-{engine}")
+            for engine, buffer in self.buffers.items()
+        }
+        for runtime in self.runtimes.values():
+            for object_id, blocks in OBJECTS.items():
+                runtime.register_object(object_id, blocks)
+        self.checks = {engine: EmittedTraceCheck(runtime.header) for engine, runtime in self.runtimes.items()}
+        self.fleet = routing.init(FLEET_ENGINES)
+        self.router_seq = count()
+        self.failure: str | None = None
+        self._seen = dict.fromkeys(FLEET_ENGINES, 0)
+        self._ids = count()
+
+    def _observe(self) -> None:
+        """Feed each engine's new events to its refinement check and to the routing model."""
+        for engine, buffer in self.buffers.items():
+            while self._seen[engine] < len(buffer.events):
+                event = buffer.events[self._seen[engine]]
+                self._seen[engine] += 1
+                problem = self.checks[engine].feed(event)
+                if problem is not None and self.failure is None:
+                    self.failure = f"engine_traces_accepted: engine {engine}: {problem}"
+                model = EVENT_MODELS[event["event"]].model_validate(event)
+                self._judge(routing.engine_step(self.fleet, engine, model, event["seq"]))
+
+    def _judge(self, found: object) -> None:
+        if isinstance(found, Violation) and self.failure is None:
+            self.failure = f"[{found.rule.value}] {found.message}"
+
+    def _route(self, model: Any) -> None:
+        self._judge(routing.route_step(self.fleet, model, model.seq))
+
+    @rule(
+        engine=st.sampled_from(FLEET_ENGINES),
+        object_id=st.sampled_from(sorted(OBJECTS)),
+        mode=st.sampled_from(ROUTED_MODES),
+        cut=st.integers(0, 3),
+    )
+    def keep_claim(self, engine: str, object_id: str, mode: ProtectionMode, cut: int) -> None:
+        """Submit a claim on one engine and compute its prefix there."""
+        claim_id = f"claim-{next(self._ids)}"
+        footprint = max(1, OBJECTS[object_id] - cut)
+        runtime = self.runtimes[engine]
+        runtime.submit_claim(ClaimSpec(claim_id, object_id, mode, footprint, footprint))
+        request_id = f"prefill-{next(self._ids)}"
+        runtime.submit_request(RequestSpec(request_id, object_id, footprint, kind=RequestKind.resident))
+        if runtime.requests[request_id].phase is RequestPhase.admitted:
+            runtime.finish_request(request_id)
+
+    @rule(engine=st.sampled_from(FLEET_ENGINES), blocks=st.integers(1, 48))
+    def pressure(self, engine: str, blocks: int) -> None:
+        """An unrelated request on one engine (evictions of unprotected claims, conflicts)."""
+        request_id = f"active-{next(self._ids)}"
+        runtime = self.runtimes[engine]
+        runtime.submit_request(RequestSpec(request_id, f"bulk-{request_id}", min(blocks, self.usable_blocks)))
+        if runtime.requests[request_id].phase is RequestPhase.admitted:
+            runtime.finish_request(request_id)
+
+    @precondition(lambda self: self.fleet.holder)
+    @rule(index=st.integers(0, 63), chosen=st.sampled_from(FLEET_ENGINES), predicted=st.integers(0, 20))
+    def routed_reuse(self, index: int, chosen: str, predicted: int) -> None:
+        """The router sends a reuse of a claim some engine accepted to `chosen`, predicting
+        `predicted` blocks there (a route for a claim no engine accepted is undecided)."""
+        claim_id = sorted(self.fleet.holder)[index % len(self.fleet.holder)]
+        runtime = self.runtimes[chosen]
+        request_id = f"routed-{next(self._ids)}"
+        claim = runtime.claims.get(claim_id)
+        held = claim is not None and claim.phase not in (
+            Phase.absent,
+            Phase.submitted,
+            Phase.rejected,
+            Phase.released,
+        )
+        object_id = claim.spec.object_id if held and claim is not None else f"elsewhere-{claim_id}"
+        blocks = OBJECTS.get(object_id, 1)
+        self._route(
+            RouteDecided(
+                seq=next(self.router_seq),
+                request_id=request_id,
+                claim_id=claim_id,
+                candidate_engines=list(FLEET_ENGINES),
+                chosen_engine=chosen,
+                predicted_hit_blocks=predicted,
+            )
+        )
+        start = len(self.buffers[chosen].events)
+        runtime.submit_request(
+            RequestSpec(request_id, object_id, blocks, reuse_claim=claim_id if held else None)
+        )
+        if runtime.requests[request_id].phase is RequestPhase.admitted:
+            runtime.finish_request(request_id)
+        answer = next(
+            (
+                e
+                for e in self.buffers[chosen].events[start:]
+                if e["event"] == "request_reused" and e["request_id"] == request_id
+            ),
+            None,
+        )
+        self._observe()
+        delivered, outcome = self.report(predicted, answer)
+        self._route(
+            RouteReuseReported(
+                seq=next(self.router_seq),
+                request_id=request_id,
+                claim_id=claim_id,
+                engine=chosen,
+                delivered_blocks=delivered,
+                outcome=outcome,
+            )
+        )
+
+    def report(self, predicted: int, answer: dict[str, Any] | None) -> tuple[int, RouteOutcome]:
+        """The correct hook: the delivered blocks and outcome of a routed reuse, from what the
+        chosen engine answered (its `request_reused` for the request, if any)."""
+        served = 0 if answer is None else answer["cached_blocks"]
+        hit = answer is not None and answer["predicate_satisfied"] and served >= predicted
+        return served, RouteOutcome.delivered if hit else RouteOutcome.missed
+
+    @invariant()
+    def engine_traces_accepted(self) -> None:
+        self._observe()
+        if self.failure is not None and self.failure.startswith("engine_traces_accepted"):
+            raise InvariantBroken(self.failure)
+
+    @invariant()
+    def routed_reuse_attributed_to_holder(self) -> None:
+        self._observe()
+        if self.failure is not None and not self.failure.startswith("engine_traces_accepted"):
+            raise InvariantBroken(f"routed_reuse_attributed_to_holder: {self.failure}")
+        if self.fleet.undecided:
+            raise InvariantBroken(
+                f"routed_reuse_attributed_to_holder: undecided: {self.fleet.undecided[0].message}"
+            )
+
+    def teardown(self) -> None:
+        self._observe()
+        found = routing.finish(self.fleet)
+        if found is not None:
+            raise InvariantBroken(f"predicted_miss_reported: {found.message}")
+        for engine, check in self.checks.items():
+            failure = check.finish()
+            if failure is not None:
+                raise InvariantBroken(f"engine_traces_accepted: engine {engine}: {failure}")
+
+
+class MisattributingFleetMachine(FleetMachine):
+    """A planted routing bug: the hook reports every routed reuse as delivered with the
+    predicted blocks (the router's prediction, never the engine's answer)."""
+
+    def report(self, predicted: int, answer: dict[str, Any] | None) -> tuple[int, RouteOutcome]:
+        return predicted, RouteOutcome.delivered
 
 
 TestMicroRuntime = MicroRuntimeMachine.TestCase

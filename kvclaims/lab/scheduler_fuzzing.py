@@ -32,7 +32,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from kvclaims.lab.fuzz_settings import bounded
-from kvclaims.vllm_binding.config import BindingConfig
+from kvclaims.lab.virtual_clock import VirtualClock
+from kvclaims.vllm_binding.config import BindingConfig, ContinuumSettings
+from kvclaims.vllm_binding.continuum import ContinuumJobs
 
 OBJECTS: dict[str, int] = {"doc-a": 4, "doc-b": 10, "doc-c": 20, "doc-d": 36}
 """Reusable prefix objects (length in blocks) that claims and requests share."""
@@ -51,6 +53,11 @@ HOSTILE = (
 )
 MAX_DRAIN_STEPS = 3000
 BLOCK = 16
+MS_PER_STEP = 10
+"""Virtual milliseconds per engine step."""
+JOBS = 3
+JOB_TURN_BLOCKS = (5, 9, 18, 25, 32)
+"""An agent job's context per turn (seed 003 4.2), capped at half the pool."""
 
 CI_SETTINGS = bounded(max_examples=100, stateful_step_count=40)
 """The bounded, deterministic profile CI runs (`tests/lab/test_scheduler_fuzzing.py`)."""
@@ -75,9 +82,12 @@ class FuzzStats:
     states: set[tuple[Any, ...]] = field(default_factory=set)
     events: Counter[str] = field(default_factory=Counter)
     verdicts: Counter[str] = field(default_factory=Counter)
+    accepted_kinds: Counter[str] = field(default_factory=Counter)
+    """Accepted claims by kind: `continuum_pin` (the compatibility mode's), `duration_ms`."""
 
     def summary(self) -> dict[str, Any]:
         return {
+            "accepted_kinds": dict(self.accepted_kinds),
             "examples": self.examples,
             "rule_steps": self.steps,
             "engine_steps": self.engine_steps,
@@ -104,6 +114,8 @@ class SchedulerFuzz(RuleBasedStateMachine):
         self.trace_path: Path | None = None
         self.counter = 0
         self.claims: dict[str, str] = {}  # claim id -> owner
+        self.clock = VirtualClock()
+        self.job_turns: Counter[str] = Counter()
 
     # -- set-up ---------------------------------------------------------------------------
 
@@ -113,9 +125,18 @@ class SchedulerFuzz(RuleBasedStateMachine):
         hard_action=st.sampled_from(["refuse", "defer"]),
         demotable_action=st.sampled_from(["demote", "defer", "refuse"]),
         fraction=st.sampled_from([0.5, 0.75]),
+        continuum=st.sampled_from([None, "demotable", "expiring"]),
+        pin_ms=st.integers(20, 400),
     )
     def start(
-        self, usable: int, async_scheduling: bool, hard_action: str, demotable_action: str, fraction: float
+        self,
+        usable: int,
+        async_scheduling: bool,
+        hard_action: str,
+        demotable_action: str,
+        fraction: float,
+        continuum: str | None,
+        pin_ms: int,
     ) -> None:
         from kvclaims.lab.scheduler_lane import LaneSpec, SchedulerLane
 
@@ -130,6 +151,7 @@ class SchedulerFuzz(RuleBasedStateMachine):
             owner_protected_fraction=fraction,
             conflict_actions={"hard_protected": hard_action, "demotable": demotable_action},
             max_deferral_steps=6,
+            continuum=None if continuum is None else ContinuumSettings(pin_ms=pin_ms, mode=continuum),
         )
         self.lane = SchedulerLane(
             LaneSpec(
@@ -143,6 +165,7 @@ class SchedulerFuzz(RuleBasedStateMachine):
                 binding=binding,
             )
         )
+        self.lane.arbiter.clock = self.clock
 
     def _request_id(self) -> str:
         self.counter += 1
@@ -231,12 +254,57 @@ class SchedulerFuzz(RuleBasedStateMachine):
         extra = {"kvclaims_op": op, "kvclaims_claim_id": claim_id, "kvclaims_owner": owner}
         self.lane.add(self._request_id(), self._prompt(None, 0, 8), extra_args=extra)
 
+    @rule(
+        obj=st.sampled_from(sorted(OBJECTS)),
+        owner=st.sampled_from(OWNERS),
+        duration_ms=st.integers(1, 300),
+        refresh_on_hit=st.booleans(),
+        max_tokens=st.integers(1, 12),
+    )
+    def timed_claim(
+        self, obj: str, owner: str, duration_ms: int, refresh_on_hit: bool, max_tokens: int
+    ) -> None:
+        """A wall-clock claim (expires `duration_ms` after acceptance or, with
+        `refresh_on_hit`, after its last satisfied reuse)."""
+        request_id = self._request_id()
+        claim_id = f"{obj}:{request_id}"
+        extra = {
+            "kvclaims_claim_id": claim_id,
+            "kvclaims_mode": "expiring",
+            "kvclaims_footprint_blocks": OBJECTS[obj],
+            "kvclaims_owner": owner,
+            "kvclaims_duration_ms": duration_ms,
+            "kvclaims_refresh_on_hit": refresh_on_hit,
+        }
+        self.claims[claim_id] = owner
+        self.lane.add(request_id, self._prompt(obj, OBJECTS[obj], 5), max_tokens=max_tokens, extra_args=extra)
+
+    @rule(job=st.integers(0, JOBS - 1), last=st.booleans(), max_tokens=st.integers(1, 12))
+    def job_turn(self, job: int, last: bool, max_tokens: int) -> None:
+        """Seed 003's agent turn: `job_id` / `is_last_step` keys on a prompt that grows by turn
+        (kept as pin claims with the Continuum mode on, ignored with it off)."""
+        job_id = f"job-{job}"
+        turn = self.job_turns[job_id]
+        self.job_turns[job_id] = 0 if last else turn + 1
+        blocks = min(JOB_TURN_BLOCKS[min(turn, len(JOB_TURN_BLOCKS) - 1)], self.lane.spec.usable_blocks // 2)
+        from kvclaims.lab.scheduler_lane import prompt_tokens
+
+        prompt = prompt_tokens(job_id, blocks * BLOCK + 3)
+        extra = {"job_id": job_id, "is_last_step": last}
+        self.lane.add(self._request_id(), prompt, max_tokens=max_tokens, extra_args=extra)
+
+    @rule(ms=st.integers(1, 250))
+    def advance_clock(self, ms: int) -> None:
+        """Wall-clock time passes (timed claims and pins are due at the next engine step)."""
+        self.clock.advance(ms)
+
     @rule(count=st.integers(1, 6))
     def step(self, count: int) -> None:
         for _ in range(count):
             if self.lane.idle():
                 break
             self.lane.step()
+            self.clock.advance(MS_PER_STEP)
             self._observe()
 
     @precondition(lambda self: self.lane is not None and bool(self.lane.scheduler.requests))
@@ -314,8 +382,18 @@ class SchedulerFuzz(RuleBasedStateMachine):
             return
         registry = self.lane.arbiter.registry
         assert registry.protected_blocks <= registry.protected_cap
-        for owner in OWNERS:
+        for owner in (*OWNERS, *(ContinuumJobs.owner(f"job-{j}") for j in range(JOBS))):
             assert registry.owner_protected_blocks(owner) <= registry.owner_protected_cap
+
+    @invariant()
+    def one_responsible_pin_per_job(self) -> None:
+        """Continuum keeps at most one pin per job: a turn's pin supersedes the last one."""
+        if self.lane is None or self.lane.arbiter.continuum is None:
+            return
+        arbiter = self.lane.arbiter
+        jobs = Counter(arbiter.continuum.job_of(r) for r in arbiter.registry.claims.values() if r.responsible)
+        jobs.pop(None, None)
+        assert all(n == 1 for n in jobs.values()), jobs
 
     @invariant()
     def materialized_claims_meet_their_predicate(self) -> None:
@@ -351,6 +429,9 @@ class SchedulerFuzz(RuleBasedStateMachine):
         events = read_events(self.trace_path)
         for event in events:
             STATS.events[event.event] += 1
+            if event.event == "resident_claim_accepted":
+                STATS.accepted_kinds["continuum_pin"] += event.claim_id.startswith("continuum-pin:")
+                STATS.accepted_kinds["duration_ms"] += event.duration_ms is not None
         assert drained, f"engine not idle after {MAX_DRAIN_STEPS} steps: starvation or livelock"
         if all(event.event == "trace_closed" for event in events):
             # Nothing happened (e.g. only steps on an empty engine): refinement rightly calls

@@ -119,6 +119,9 @@ class LaneSpec:
     async_scheduling: bool = False
     binding: BindingConfig | None = None
     kv_load_failure_policy: Literal["recompute", "fail"] = "recompute"
+    scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
+    """vLLM's `--scheduling-policy`: `priority` orders waiting requests and picks preemption
+    victims by each request's `priority` (lower value first)."""
 
 
 @functools.lru_cache(maxsize=16)
@@ -128,6 +131,7 @@ def _base_vllm_config(
     max_num_batched_tokens: int,
     max_model_len: int,
     async_scheduling: bool,
+    scheduling_policy: str = "fcfs",
 ) -> VllmConfig:
     model_config = ModelConfig(
         model=str(tiny_model_dir()),
@@ -144,6 +148,7 @@ def _base_vllm_config(
         enable_chunked_prefill=True,
         async_scheduling=async_scheduling,
         is_encoder_decoder=False,
+        policy=scheduling_policy,
     )
     cache_config = CacheConfig(block_size=block_size, enable_prefix_caching=True)
     return VllmConfig(
@@ -162,6 +167,7 @@ def lane_vllm_config(spec: LaneSpec) -> VllmConfig:
         spec.max_num_batched_tokens,
         spec.max_model_len,
         spec.async_scheduling,
+        spec.scheduling_policy,
     )
     config = copy.copy(base)
     config.cache_config = copy.copy(base.cache_config)
@@ -260,6 +266,7 @@ class SchedulerLane:
         max_tokens: int = 1,
         extra_args: dict[str, Any] | None = None,
         cache_salt: str | None = None,
+        priority: int = 0,
     ) -> Request:
         """Submit a request as the engine core would (block hashes computed on arrival)."""
         params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, extra_args=extra_args)
@@ -270,6 +277,7 @@ class SchedulerLane:
             pooling_params=None,
             arrival_time=time.time(),
             cache_salt=cache_salt,
+            priority=priority,
             block_hasher=self._hasher,
         )
         self.records[request_id] = LaneRecord(request)
@@ -353,12 +361,21 @@ class SchedulerLane:
 
     # -- independent measurements of vLLM state --------------------------------------------
 
+    def block_hashes(self, prompt: Sequence[int]) -> list[Any]:
+        """The request-level block hashes vLLM gives `prompt`'s full blocks."""
+        probe = Request("probe", list(prompt), SamplingParams(max_tokens=1), None, block_hasher=self._hasher)
+        return list(probe.block_hashes)
+
+    def cached_blocks(self, prompt: Sequence[int]) -> int:
+        """Full blocks of `prompt` present in vLLM's prefix cache right now (anywhere in the
+        prefix, not only leading), read from the block pool's own hash table."""
+        return sum(self.block_pool.get_cached_block(h, [0]) is not None for h in self.block_hashes(prompt))
+
     def cached_leading_blocks(self, prompt: Sequence[int]) -> int:
         """Leading full blocks of `prompt` present in vLLM's prefix cache right now, read from
         the block pool's own hash table (independent of the binding's bookkeeping)."""
-        probe = Request("probe", list(prompt), SamplingParams(max_tokens=1), None, block_hasher=self._hasher)
         leading = 0
-        for block_hash in probe.block_hashes:
+        for block_hash in self.block_hashes(prompt):
             if self.block_pool.get_cached_block(block_hash, [0]) is None:
                 break
             leading += 1

@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from kvclaims.lab import continuum_scenarios
 from kvclaims.lab.seed_cases import (
     BY_NAME,
     SWEEP_POOLS,
@@ -710,3 +711,7 @@ _scenario(
     "control-late-demotion",
     "NEGATIVE CONTROL: the external registry demotes only after the loss (must be rejected)",
 )(lambda trace: _unenforced(trace, late_demotion=True))
+
+
+for _name, _summary, _run in continuum_scenarios.SCENARIOS:  # seed 003's, in their own module
+    _scenario(_name, _summary)(_run)

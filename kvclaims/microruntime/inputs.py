@@ -30,6 +30,8 @@ class ClaimSpec:
     required_blocks: int
     owner_scope: str = "tenant-0"
     duration_steps: int | None = None
+    duration_ms: int | None = None
+    refresh_on_hit: bool = False
     two_key: bool = False
     value: float = 0.0
 
@@ -51,6 +53,10 @@ class ClaimSpec:
         }
         if self.duration_steps is not None:
             terms["duration_steps"] = self.duration_steps
+        if self.duration_ms is not None:
+            terms["duration_ms"] = self.duration_ms
+        if self.refresh_on_hit:
+            terms["refresh_on_hit"] = True
         return terms
 
 
@@ -83,6 +89,21 @@ class RequestSpec:
     @property
     def chunk_sizes(self) -> tuple[int, ...]:
         return self.chunks if self.chunks is not None else (self.blocks,)
+
+
+def _duration_problem(claim: ClaimSpec) -> str | None:
+    """One positive duration per expiring claim: steps or milliseconds. Both at once would
+    promise two clocks, and expiring on the first to end would break the other's promise."""
+    given = [d for d in (claim.duration_steps, claim.duration_ms) if d is not None]
+    if any(d <= 0 for d in given):
+        return "a duration must be positive"
+    if len(given) == 2:
+        return "give duration_steps or duration_ms, not both"
+    if claim.mode is ProtectionMode.expiring and not given:
+        return "an expiring claim needs a positive duration_steps or duration_ms"
+    if claim.refresh_on_hit and not given:
+        return "refresh_on_hit needs a duration to refresh"
+    return None
 
 
 def validate_inputs(
@@ -120,8 +141,9 @@ def validate_inputs(
                 f"footprint {claim.footprint_blocks} blocks is larger than the pool "
                 f"({usable_blocks} usable blocks)",
             )
-        if claim.mode is ProtectionMode.expiring and not claim.duration_steps:
-            bad(where, "an expiring claim needs a positive duration_steps")
+        duration_problem = _duration_problem(claim)
+        if duration_problem is not None:
+            bad(where, duration_problem)
     seen_requests: set[str] = set()
     for request in requests:
         where = f"requests.{request.request_id}"

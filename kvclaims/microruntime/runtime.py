@@ -60,6 +60,8 @@ _RESTORATION_EVENT = {
     RestorationOutcome.harm: Event.fail_restoration_harm,
 }
 
+_NS_PER_MS = 1_000_000
+
 __all__ = ["FaultKind", "LifecycleBug", "MicroClaim", "MicroRuntime", "RequestOutcome"]
 
 
@@ -159,6 +161,7 @@ class MicroRuntime:
         policy: Policy = POLICIES["hard_protected"],
         sink: TraceSink | None = None,
         source: str = "kvclaims-microruntime",
+        wall_clock: bool = False,
     ) -> None:
         validate_inputs(usable_blocks, source=source)
         self.pool = BlockPool(usable_blocks, block_size)
@@ -181,6 +184,11 @@ class MicroRuntime:
         self._pending: list[RequestRecord] = []
         self._ttl_pins: dict[str, tuple[int, list[int]]] = {}
         self._admitted_by_clock: list[str] = []
+        self.wall_clock = wall_clock
+        """Whether the runtime keeps a simulated wall clock (`now_ns`, moved by
+        `advance_clock`): its claim events then carry `t_ns` and `duration_ms` claims expire
+        on it. Without one a `duration_ms` claim is an input error (it could never be judged)."""
+        self.now_ns = 0
 
     # ------------------------------------------------------------------ emission
 
@@ -191,7 +199,8 @@ class MicroRuntime:
 
     def _emit(self, event: str, fields: dict[str, Any]) -> None:
         self._seq += 1
-        self._sink({"seq": self._seq, "event": event, "engine_step": self.step, **fields})
+        stamp = {"t_ns": self.now_ns} if self.wall_clock else {}
+        self._sink({"seq": self._seq, "event": event, "engine_step": self.step, **stamp, **fields})
 
     def _advance(self, claim: MicroClaim, event: Event) -> None:
         """Step the claim in the ledger; an illegal event raises `IllegalTransition`."""
@@ -236,6 +245,16 @@ class MicroRuntime:
         gets its deadline. Duplicate or malformed specs are an `InputError` (nothing changes).
         """
         validate_inputs(self.pool.usable, specs, source=self.header["source"])
+        if not self.wall_clock and any(s.duration_ms is not None for s in specs):
+            raise InputError(
+                [
+                    Problem(
+                        self.header["source"],
+                        "a duration_ms claim needs a runtime with a wall clock (wall_clock=True)",
+                        field="claims",
+                    )
+                ]
+            )
         taken = [s.claim_id for s in specs if s.claim_id in self.claims]
         if taken:
             raise InputError(
@@ -279,9 +298,8 @@ class MicroRuntime:
         claim.protection = self.policy.protection_of(spec.mode)
         claim.protected_blocks = plan.protected_blocks if claim.protection is not Protection.none else 0
         self.ledger.accept(claim, protects=claim.protection is Protection.pin)
-        if spec.duration_steps is not None and spec.mode is ProtectionMode.expiring:
-            claim.expires_at = self.step + spec.duration_steps
-            self.ledger.expire_at(claim, step=claim.expires_at)
+        if spec.mode is ProtectionMode.expiring:
+            self._arm_expiry(claim)
         self._claims_on.setdefault(spec.object_id, []).append(claim)
         by_hash = self.pool.by_hash
         for position, block_hash in enumerate(self._hashes(spec.object_id, spec.footprint_blocks)):
@@ -433,8 +451,19 @@ class MicroRuntime:
         self.stats.host_offloaded_blocks += claim.leading_blocks
         self._end_protection(claim)
 
+    def _arm_expiry(self, claim: MicroClaim) -> None:
+        """(Re-)arm the claim's deadline from now: at acceptance, and on a satisfied reuse of
+        a `refresh_on_hit` claim (the model restarts its clock on that reuse)."""
+        spec = claim.spec
+        if spec.duration_steps is not None:
+            claim.expires_at = self.step + spec.duration_steps
+            self.ledger.expire_at(claim, step=claim.expires_at)
+        if spec.duration_ms is not None:
+            self.ledger.expire_at(claim, ms=self.now_ns / _NS_PER_MS + spec.duration_ms)
+
     def _expire_due(self) -> None:
-        for claim in self.ledger.due(self.step):
+        now_ms = self.now_ns / _NS_PER_MS if self.wall_clock else None
+        for claim in self.ledger.due(self.step, now_ms):
             self._emit("resident_claim_expired", {"claim_id": claim.claim_id, "reason": "duration ended"})
             self._advance(claim, Event.expire)
             self._end_protection(claim)
@@ -787,11 +816,19 @@ class MicroRuntime:
 
     def _reuse(self, record: RequestRecord, claim: MicroClaim, caching: bool) -> bool:
         """A request returns to a claim's object. Offloaded claims are restored first (restore
-        before reuse); a failed restore ends in a claim-scoped refusal. False if refused."""
+        before reuse), a materialized two-key claim's checkpoint in place; a failed restore
+        ends in a claim-scoped outcome. False if refused."""
         spec = record.spec
         covers = spec.blocks >= claim.required_blocks  # a shorter request never reads the whole predicate
         if claim.phase is Phase.offloaded and covers and not self._restore(record, claim):
             return False
+        if (
+            claim.spec.two_key
+            and claim.phase is Phase.materialized
+            and covers
+            and not record.restored_checkpoint
+        ):
+            self._resume_in_place(record, claim)
         satisfied = (
             covers
             and not record.restore_failed
@@ -810,6 +847,8 @@ class MicroRuntime:
         )
         self._advance(claim, Event.reuse_satisfied if satisfied else Event.reuse_unsatisfied)
         self._advance_request(record, RequestEvent.reuse)
+        if satisfied and claim.spec.refresh_on_hit and claim.spec.mode is ProtectionMode.expiring:
+            self._arm_expiry(claim)
         return True
 
     def _restore(self, record: RequestRecord, claim: MicroClaim) -> bool:
@@ -831,24 +870,47 @@ class MicroRuntime:
         self._emit("resident_claim_restored", {"claim_id": claim_id, "request_id": spec.request_id})
         self._advance(claim, Event.restore)
         if claim.spec.two_key:
-            assert claim.checkpoint is not None and claim.recorded_value_hash is not None
-            result = restore(claim.checkpoint)
-            self._emit(
-                "resident_claim_checkpoint_restored",
-                {
-                    "claim_id": claim_id,
-                    "boundary": claim.checkpoint.boundary,
-                    "payload_hash": result.payload_hash,
-                    "value_hash": result.value_hash,
-                },
-            )
-            if not result.matches(claim.recorded_value_hash):
-                self._advance(claim, Event.restore_checkpoint_mismatch)
+            if not self._restore_checkpoint(claim):
                 return self._restoration_failed(record, claim, self.policy.restoration_failure_outcome)
-            self._advance(claim, Event.restore_checkpoint_match)
             record.restored_checkpoint = True
         self._protect_present(claim)
         return True
+
+    def _resume_in_place(self, record: RequestRecord, claim: MicroClaim) -> None:
+        """Seed 002: a reuse of a materialized two-key claim restores its checkpoint into the
+        request's live slot while the KV key stays in the device tier. A failure ends the
+        claim's responsibility (the policy's outcome, demotion where that is refusal: an
+        in-place claim has no other tier to be refused back to)."""
+        spec, claim_id = record.spec, claim.spec.claim_id
+        self._emit("resident_claim_restore_required", {"claim_id": claim_id, "request_id": spec.request_id})
+        self._advance(claim, Event.require_restore)
+        self._emit("resident_claim_restored", {"claim_id": claim_id, "request_id": spec.request_id})
+        self._advance(claim, Event.restore)
+        if self._restore_checkpoint(claim):
+            record.restored_checkpoint = True
+            return
+        outcome = self.policy.restoration_failure_outcome
+        self._restoration_failed(
+            record, claim, RestorationOutcome.demotion if outcome is RestorationOutcome.refusal else outcome
+        )
+
+    def _restore_checkpoint(self, claim: MicroClaim) -> bool:
+        """The checkpoint through payload -> scratch -> live -> view, reported; the claim
+        steps on whether its value hash is the recorded one (returned)."""
+        assert claim.checkpoint is not None and claim.recorded_value_hash is not None
+        result = restore(claim.checkpoint)
+        self._emit(
+            "resident_claim_checkpoint_restored",
+            {
+                "claim_id": claim.spec.claim_id,
+                "boundary": claim.checkpoint.boundary,
+                "payload_hash": result.payload_hash,
+                "value_hash": result.value_hash,
+            },
+        )
+        matches = result.matches(claim.recorded_value_hash)
+        self._advance(claim, Event.restore_checkpoint_match if matches else Event.restore_checkpoint_mismatch)
+        return matches
 
     def _protect_present(self, claim: MicroClaim) -> None:
         """Re-pin a claim that is resident again (after a restore)."""
@@ -948,6 +1010,23 @@ class MicroRuntime:
                     self.stats.waiting_request_steps += 1
                 elif record.phase is RequestPhase.admitted:
                     self._admitted_by_clock.append(record.spec.request_id)
+
+    def advance_clock(self, ms: int) -> None:
+        """Move the wall clock `ms` milliseconds forward (no engine step passes): claims whose
+        `duration_ms` has ended expire. Needs `wall_clock`; `ms` must be positive."""
+        if not self.wall_clock or ms <= 0:
+            raise InputError(
+                [
+                    Problem(
+                        self.header["source"],
+                        f"cannot advance the clock by {ms} ms"
+                        + ("" if self.wall_clock else ": the runtime has no wall clock"),
+                        field="ms",
+                    )
+                ]
+            )
+        self.now_ns += ms * _NS_PER_MS
+        self._expire_due()
 
     def newly_admitted(self) -> list[str]:
         """Requests a tick admitted (from the waiting or deferred queue) since the last call;

@@ -54,6 +54,11 @@ C6  Restores (class 5): a one-key `restored` of a claim whose blocks are tracked
     (a `restored` for the KV side and a `checkpoint_restored` whose boundary and value_hash equal
     the materialization checkpoint), in either order; a mismatching checkpoint owes a
     restoration failure (before the end and before anything else names the claim).
+    In place (seed 002: a hybrid resume restores the non-KV state, payload -> scratch -> live
+    slot -> post-restore view, at the KV boundary): a materialized two-key claim may get a
+    `restore_required` without an offload; its KV key stays on the device (it reserves and its
+    loss is loss of a materialized claim), and its failure may not have outcome refusal (no
+    other tier to return to: the outcome ends responsibility).
 C7  Terms (class 6): trace v1 has no `conditionally_accepted` event, so accepted terms (owner,
     object, mode, footprint, predicate, duration) must equal the submitted ones (identity).
 C8  Lost/harmed agree with blocks (class 7): `harmed` needs leading < required == the claim's
@@ -183,6 +188,11 @@ class Claim:
     kv_back: bool = False  # two-key: the KV side of a restore arrived
     value_back: bool = False  # two-key: the matching checkpoint arrived
     pending: set[str] = field(default_factory=set)  # requests with a restore_required outstanding
+    in_place: bool = False  # C6: restoring a materialized two-key claim's checkpoint in place
+
+    def on_device(self) -> bool:
+        """C1: the claim's KV blocks are in the device tier (an in-place restore keeps them)."""
+        return self.phase in RESERVING or (self.phase == "restoring" and self.in_place)
 
     def present(self, position: int) -> bool:
         return position in self.positions or (position < self.assumed and position not in self.gone)
@@ -220,7 +230,7 @@ class Claim:
             self.assumed,
             tuple(sorted(self.gone)),
             (self.tracked, self.held, self.unconfirmed, self.owes_harm, self.mismatch),
-            (self.kv_back, self.value_back),
+            (self.kv_back, self.value_back, self.in_place),
             tuple(sorted(self.pending)),
         )
 
@@ -526,7 +536,7 @@ class Oracle:
         return self.requests.get(request_id)
 
     def _reserving(self) -> list[Claim]:
-        return [c for c in self.claims.values() if c.mode in PRESERVING and c.phase in RESERVING]
+        return [c for c in self.claims.values() if c.mode in PRESERVING and c.on_device()]
 
     @staticmethod
     def _held(claims: list[Claim]) -> int:
@@ -550,7 +560,7 @@ class Oracle:
         cancelled so their requests may finish (C11, class 12)."""
         claim.phase = phase
         claim.pending.clear()
-        claim.kv_back = claim.value_back = False
+        claim.kv_back = claim.value_back = claim.in_place = False
         claim.owes_harm = False
         claim.mismatch = False
 
@@ -559,9 +569,9 @@ class Oracle:
         now = claim.holds()
         if claim.unconfirmed and claim.leading() >= claim.unconfirmed:
             claim.unconfirmed = 0
-        if claim.phase in RESERVING and now:
+        if claim.on_device() and now:
             claim.held = True
-        if before and not now and claim.mode in PRESERVING and claim.phase in RESERVING and claim.held:
+        if before and not now and claim.mode in PRESERVING and claim.on_device() and claim.held:
             claim.owes_harm = True  # seed 001 table 4: loss of an accepted preserving claim is harm
 
     def _take_position(self, claim_id: str, position: int, block_id: int) -> None:
@@ -740,7 +750,7 @@ class Oracle:
         if not claim.owes_harm:
             if claim.phase not in RESPONSIBLE or not claim.held:
                 raise Violation(LIFECYCLE, f"harm of {claim.claim_id} while {claim.phase} (never held)")
-            if claim.tracked and claim.phase in RESERVING and claim.holds():
+            if claim.tracked and claim.on_device() and claim.holds():
                 raise Violation(
                     NO_SILENT_HARM, f"harm of {claim.claim_id} while its blocks hold the predicate"
                 )
@@ -748,7 +758,7 @@ class Oracle:
             raise Violation(NO_SILENT_HARM, "harm reported while its own numbers hold the predicate")
         if claim.required is not None and event["required_blocks"] != claim.required:
             raise Violation(NO_SILENT_HARM, "harm reports another required_blocks than the predicate's")
-        if claim.tracked and claim.phase in RESERVING and event["leading_blocks"] != claim.leading():
+        if claim.tracked and claim.on_device() and event["leading_blocks"] != claim.leading():
             raise Violation(NO_SILENT_HARM, "harm reports another leading_blocks than its blocks show")
         self._end_responsibility(claim, "harmed")
 
@@ -758,7 +768,7 @@ class Oracle:
             raise Violation(
                 NO_SILENT_HARM, f"{claim.claim_id} has a preservation obligation: its loss is harm"
             )
-        if claim.phase not in RESERVING | SETTLED:
+        if not claim.on_device() and claim.phase not in SETTLED:
             raise Violation(LIFECYCLE, f"loss of {claim.claim_id} while {claim.phase}")
         leading = event["leading_blocks"]
         if claim.required is not None and leading >= claim.required:
@@ -766,8 +776,10 @@ class Oracle:
         if claim.tracked and leading != claim.leading():
             raise Violation(LIFECYCLE, "loss reports another leading_blocks than its blocks show")
         claim.assumed = min(claim.assumed, leading)  # C5: a reported prefix is gone past the loss
-        if claim.phase in RESERVING:
+        if claim.on_device():
             claim.phase = "accepted"
+            claim.pending.clear()
+            claim.kv_back = claim.in_place = False
 
     # offload and restore (seed 000 paths A/B, rule 5, classes 5, 10, 11, 12)
 
@@ -784,7 +796,8 @@ class Oracle:
     def _resident_claim_restore_required(self, event: dict[str, Any]) -> None:
         claim = self._subject(event)
         request_id = event["request_id"]
-        if claim.phase not in ("offloaded", "restoring"):
+        in_place = claim.two_key and claim.phase == "materialized"  # C6: a resume in place
+        if claim.phase not in ("offloaded", "restoring") and not in_place:
             raise Violation(OFFLOAD_ORDER, f"restore_required of {claim.claim_id} while {claim.phase}")
         if request_id in claim.pending:
             raise Violation(OFFLOAD_ORDER, "restore_required again while the previous one is outstanding")
@@ -794,6 +807,7 @@ class Oracle:
         self._reuse_request(request_id)
         claim.pending.add(request_id)
         claim.phase = "restoring"
+        claim.in_place = claim.in_place or in_place
 
     def _resident_claim_restored(self, event: dict[str, Any]) -> None:
         claim = self._subject(event)
@@ -817,7 +831,7 @@ class Oracle:
             if claim.tracked and not claim.holds():
                 raise Violation(OFFLOAD_ORDER, f"{claim.claim_id} restored but its blocks do not hold it")
             claim.pending.clear()
-            claim.kv_back = claim.value_back = False
+            claim.kv_back = claim.value_back = claim.in_place = False
             claim.phase = "materialized"
             claim.held = True
 
@@ -838,6 +852,10 @@ class Oracle:
         if claim.phase != "restoring" or request_id not in claim.pending:
             raise Violation(
                 OFFLOAD_ORDER, f"restoration_failed without a pending restore_required for {request_id}"
+            )
+        if outcome == "refusal" and claim.in_place:
+            raise Violation(
+                TWO_KEY, f"{claim.claim_id}: a failed in-place restore has no tier to refuse back to"
             )
         claim.pending.discard(request_id)
         claim.mismatch = False
@@ -943,7 +961,7 @@ class Oracle:
         for claim in claims:
             if claim.mode not in PRESERVING:
                 raise Violation(ATTRIBUTION, f"{claim.claim_id} carries no preservation obligation")
-            if claim.phase not in RESERVING:
+            if not claim.on_device():
                 raise Violation(ATTRIBUTION, f"{claim.claim_id} reserves nothing while {claim.phase}")
         protected = numbers[0]
         if protected < self._held(claims):

@@ -36,6 +36,7 @@ from kvclaims.refinement.verdict import (
     PrefixEvent,
     TraceVerdict,
 )
+from kvclaims.spec.tables import KV_EVENT_FORMATS
 
 DEFAULT_BUDGET = Budget()
 
@@ -61,11 +62,12 @@ def check_trace(
     open: bool = False,
 ) -> TraceVerdict:
     """Check one trace: a path, bytes or a binary file object (plain, or gzip-compressed).
-    `format` is `auto` or one of `FORMATS`; `registry` is the claim registry that
-    `vllm-kv-events` traces need; `strict` refuses fields outside trace v1 instead of keeping
-    them as context. Bad trace input never raises: it is an `invalid` verdict. A bad registry or
-    format name raises `InputError` / `ValueError`. `open=True` judges a kvclaims-v1 trace without
-    its `trace_closed` end as if it ended there (a live or cut file); by default such a trace is
+    `format` is `auto` or one of `FORMATS`; `registry` is the claim registry that KV-event
+    captures (`KV_EVENT_FORMATS`) need: without one such a capture is `inconclusive`, never an
+    error. `strict` refuses fields outside trace v1 instead of keeping them as context. Bad
+    trace input never raises: it is an `invalid` verdict. A bad registry or format name raises
+    `InputError` / `ValueError`. `open=True` judges a kvclaims-v1 trace without its
+    `trace_closed` end as if it ended there (a live or cut file); by default such a trace is
     truncated: `inconclusive`."""
     options: dict[str, Any] = {
         "format": format,
@@ -157,7 +159,11 @@ def check_source(
     try:
         fmt, recognised = detect(trace) if format == AUTO else (format, True)
     except TraceInputError as error:
-        return _verdict(name, format, Outcome.invalid, finding=error.finding)
+        undecided = error.finding.error_class is ErrorClass.undecidable
+        outcome = Outcome.inconclusive if undecided else Outcome.invalid
+        return _verdict(name, format, outcome, finding=error.finding)
+    if registry is None and fmt in KV_EVENT_FORMATS:
+        return _verdict(name, fmt, Outcome.inconclusive, finding=_no_registry(name, fmt))
     registry_path = Path(registry) if registry is not None else None
     run = _Run(name, fmt, budget, judge_open=open)
     with opener() as raw:
@@ -175,6 +181,17 @@ def check_source(
         )
         verdict = _with_prefix(verdict, prefix)
     return verdict
+
+
+def _no_registry(name: str, fmt: str) -> Finding:
+    """Why a KV-event capture checked without a registry is undecided: its blocks join no claim
+    (one file's verdict, so that the other traces of a run are still judged)."""
+    return Finding(
+        ErrorClass.undecidable,
+        f"{name}: a {fmt} capture needs a claim registry (--registry FILE); without one no block "
+        "joins a claim",
+        field="registry",
+    )
 
 
 def _unwrapped(opener: Opener) -> Opener:

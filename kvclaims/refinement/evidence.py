@@ -17,11 +17,8 @@ from pathlib import Path
 
 from kvclaims.refinement.verdict import Outcome, TraceVerdict
 from kvclaims.spec.evidence import Anchor, EvidenceItem
-from kvclaims.spec.tables import DEPTH_SUPPLIES, WITNESS_OBLIGATIONS
+from kvclaims.spec.tables import DEPTH_SUPPLIES, KV_EVENT_FORMATS, WITNESS_OBLIGATIONS
 from kvclaims.spec.vocabulary import AdapterDepth, AnchorKind, EvidenceScope, EvidenceStatus, Obligation
-
-KV_EVENT_FORMATS = ("vllm-kv-events", "sglang-kv-events", "trtllm-kv-events")
-"""Runtimes' block-event captures joined with an external claim registry."""
 
 ABSTRACTION_DEPTH: dict[str, AdapterDepth] = {name: AdapterDepth.telemetry_join for name in KV_EVENT_FORMATS}
 """Formats whose abstraction is itself an adapter of limited depth: a join of vLLM's block
@@ -60,14 +57,19 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def evidence_items(verdict: TraceVerdict, trace: Path, *, relative_to: Path) -> list[EvidenceItem]:
+def evidence_items(
+    verdict: TraceVerdict, trace: Path, *, relative_to: Path, registry: Path | None = None
+) -> list[EvidenceItem]:
     """The evidence an accepted trace supplies, one item per evidenced obligation, its anchor
-    path relative to `relative_to` (the directory the evidence file is written to). Raises
-    `ValueError` for a verdict that is not accepted."""
+    path relative to `relative_to` (the directory the evidence file is written to). A KV-event
+    capture's anchor also says how it is re-checked: its format and the claim `registry` it was
+    joined with (relative like the path, with its digest). Raises `ValueError` for a verdict
+    that is not accepted."""
     if verdict.outcome is not Outcome.accepted:
         raise ValueError(f"only an accepted trace is evidence; this one is {verdict.outcome}")
     digest = file_sha256(trace)
     path = os.path.relpath(trace.resolve(), relative_to.resolve())
+    recheck = _recheck(verdict.format, registry, relative_to)
     allowed = DEPTH_SUPPLIES[ABSTRACTION_DEPTH.get(verdict.format, AdapterDepth.none)]
     by_obligation: dict[Obligation, list] = {}
     for witness in verdict.witnesses:
@@ -92,6 +94,7 @@ def evidence_items(verdict: TraceVerdict, trace: Path, *, relative_to: Path) -> 
             claim_scope=CLAIM_SCOPE.get(verdict.format, _DEFAULT_SCOPE),
             note=f"kvclaims check accepted this {verdict.format} trace ({verdict.events} events); "
             f"witnessed: {kinds}",
+            **recheck,
         )
         items.append(
             EvidenceItem(
@@ -103,3 +106,15 @@ def evidence_items(verdict: TraceVerdict, trace: Path, *, relative_to: Path) -> 
             )
         )
     return items
+
+
+def _recheck(fmt: str, registry: Path | None, relative_to: Path) -> dict[str, str]:
+    """The anchor fields that say how a KV-event capture is re-checked (none for other formats,
+    whose format is detected and who need no registry)."""
+    if fmt not in KV_EVENT_FORMATS or registry is None:
+        return {}
+    return {
+        "format": fmt,
+        "registry": os.path.relpath(registry.resolve(), relative_to.resolve()),
+        "registry_sha256": file_sha256(registry),
+    }

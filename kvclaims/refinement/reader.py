@@ -4,7 +4,8 @@
 than `MAX_LINE_BYTES` is refused as soon as it passes the cap (a 100 MB line costs one chunk of
 memory, not 100 MB). A blank line, and a last line without its newline that does not parse,
 are findings too. `TraceInputError` carries a `Finding` (error class `parse` or `ordering`),
-which the caller turns into an `invalid` verdict.
+which the caller turns into an `invalid` verdict; format detection that cannot tell the format
+raises one of class `undecidable`, an `inconclusive` verdict.
 
 `explain_event_line` explains a trace v1 line the fast decoder refused: an event type trace v1
 does not know becomes an `UnknownEvent` (the verdict can then be at best inconclusive); anything
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
 
 import msgspec
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from kvclaims.refinement.decoding import event_decoder
 from kvclaims.refinement.verdict import ErrorClass, Finding
@@ -356,6 +357,16 @@ def explain_event_line(
     if seq <= last_seq:
         raise ordering_error(seq, last_seq, number)
     return UnknownEvent(name), seq
+
+
+def validated_document(model: type[BaseModel], document: Any, line: int) -> Any:
+    """`document` as a `model`, or a parse finding naming the line and the first bad field."""
+    try:
+        return model.model_validate(document)
+    except ValidationError as error:
+        problem = error.errors()[0]
+        where = ".".join(str(p) for p in problem["loc"]) or None
+        raise parse_error(f"{model.__name__}: {problem['msg']}", line, where) from None
 
 
 def ordering_error(seq: int, last: int, line: int) -> TraceInputError:

@@ -31,6 +31,7 @@ from kvclaims.refinement.decoding import convert_event
 from kvclaims.refinement.reader import (
     HeaderInfo,
     Sink,
+    TraceInputError,
     UnknownEvent,
     decode_json,
     exact_document,
@@ -39,6 +40,7 @@ from kvclaims.refinement.reader import (
     push,
     read_lines,
 )
+from kvclaims.refinement.verdict import ErrorClass, Finding
 
 Opener = Callable[[], IO[bytes]]
 """Opens the trace afresh (the checker may read it twice: detection, minimal prefix)."""
@@ -166,7 +168,11 @@ def detect(opener: Opener) -> tuple[str, bool]:
     """The format of a trace from its first record, and whether a format recognised it. When
     none does, the answer is trace v1, the nearest format, whose own reader then names what is
     wrong (an empty file, a missing header, bad JSON or an over-long line 1). Two formats that
-    both recognise it are a `TraceInputError`."""
+    both recognise it are a `TraceInputError` of class `undecidable` (the trace is then
+    `inconclusive`: the file may be either). msgpack frames are vLLM's by choice, although
+    SGLang's have the same wire form: a frame with SGLang's own fields is then inconclusive
+    (`vllm_kv_events`), and one with only the shared fields abstracts to the same steps under
+    either reader; a descriptor's trace anchor names the format its capture is re-checked in."""
     with opener() as stream:
         head = stream.read(1 << 16)
     if vllm_kv_events.detect_msgpack(head):
@@ -186,8 +192,9 @@ def detect(opener: Opener) -> tuple[str, bool]:
         )
         if test(record)
     ]
-    if len(matches) > 1:
-        raise parse_error(f"line 1 fits several formats ({', '.join(matches)}): name one with --format", 1)
+    if len(matches) > 1:  # undecided, not malformed: the file may be either
+        message = f"line 1 fits several formats ({', '.join(matches)}): name one with --format"
+        raise TraceInputError(Finding(ErrorClass.undecidable, message, line=1))
     return (matches[0], True) if matches else (kvclaims_v1.FORMAT, False)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 import random
 from collections.abc import Iterator
+from pathlib import Path
 from typing import IO, Any
 
 import msgspec
@@ -129,6 +130,39 @@ class TraceBuilder:
             claim_id=claim_id,
             cached_blocks=cached,
             predicate_satisfied=satisfied,
+        )
+
+    # routing (a router stream) -------------------------------------------------------------
+
+    def route(
+        self,
+        request_id: str,
+        claim_id: str,
+        chosen: str,
+        *,
+        candidates: tuple[str, ...] = ("A", "B"),
+        predicted: int = 0,
+    ) -> TraceBuilder:
+        return self.add(
+            "route_decided",
+            request_id=request_id,
+            claim_id=claim_id,
+            candidate_engines=list(candidates),
+            chosen_engine=chosen,
+            predicted_hit_blocks=predicted,
+        )
+
+    def report_route(
+        self, request_id: str, claim_id: str, engine: str, delivered: int, outcome: str, **fields: Any
+    ) -> TraceBuilder:
+        return self.add(
+            "route_reuse_reported",
+            request_id=request_id,
+            claim_id=claim_id,
+            engine=engine,
+            delivered_blocks=delivered,
+            outcome=outcome,
+            **fields,
         )
 
     def conflict(
@@ -454,3 +488,55 @@ def generate_valid_trace(
     out.write(b"".join(pending))
     out.write(closing_line(generator.seq + 1))
     return written
+
+
+def write_fleet(
+    directory: Path, router: TraceBuilder, engines: dict[str, TraceBuilder], *, closed: bool = True
+) -> tuple[Path, list[Path]]:
+    """Write a fleet's streams into `directory`: the router stream and one stream per engine
+    (the builder's header gets the engine's `engine_id` unless it names one)."""
+    router_path = directory / "router.ndjson"
+    router_path.write_bytes(router.ndjson(closed=closed))
+    paths = []
+    for index, (engine, builder) in enumerate(engines.items()):
+        builder.header.setdefault("engine_id", engine)
+        path = directory / f"engine-{index}.ndjson"
+        path.write_bytes(builder.ndjson())
+        paths.append(path)
+    return router_path, paths
+
+
+def write_routed_history(history: dict[str, Any], directory: Path) -> tuple[Path, list[Path]]:
+    """Write one routed reuse of claim `c1` by request `r1`, given as plain values (the shape of
+    `kvclaims.solver.routing_proofs.find_history`), as a fleet: one stream per engine and the
+    router stream. Every engine serves a warm-up request (a stream with no model step is
+    inconclusive); the holders accept and materialize the claim."""
+    footprint = history["footprint_blocks"]
+    engines = {}
+    for engine in history["engines"]:
+        trace = TraceBuilder(usable_blocks=8)
+        trace.admit(f"warmup-{engine}").finish(f"warmup-{engine}")
+        if engine in history["holds"]:
+            trace.accept("c1", blocks=history["predicate_blocks"], footprint=footprint)
+            trace.store_prefix("c1", footprint).materialize("c1", footprint)
+        if engine == history["chosen"]:
+            trace.admit("r1")
+            if engine in history["holds"]:
+                served = history["served_blocks"]
+                trace.reuse("r1", "c1", served, served >= history["predicate_blocks"])
+            trace.finish("r1")
+        engines[engine] = trace
+    router = TraceBuilder(usable_blocks=None, block_size=None, source="routed history")
+    router.route(
+        "r1",
+        "c1",
+        history["chosen"],
+        candidates=tuple(history["engines"]),
+        predicted=history["predicted_hit_blocks"],
+    )
+    if history["reported"]:
+        claim = "c1" if history["report_names_claim"] else "c2"
+        router.report_route(
+            "r1", claim, history["report_engine"], history["report_blocks"], history["report_outcome"]
+        )
+    return write_fleet(directory, router, engines)

@@ -70,6 +70,9 @@ RULE_ERROR_CLASS: dict[ConformanceRule, ErrorClass] = {
     ConformanceRule.duration: ErrorClass.model_violation,
     ConformanceRule.block_identity: ErrorClass.identity_attribution,
     ConformanceRule.terms: ErrorClass.identity_attribution,
+    ConformanceRule.route_placement: ErrorClass.identity_attribution,
+    ConformanceRule.route_attribution: ErrorClass.identity_attribution,
+    ConformanceRule.route_miss_reported: ErrorClass.model_violation,
 }
 """The error class of a rejection, by the rule it breaks."""
 

@@ -46,6 +46,8 @@ PHASE_COLOURS = {
     Phase.offloaded: "#bcbddc",
     Phase.restoring: "#fdae6b",
     Phase.checkpoint_mismatch: "#fc9272",
+    Phase.restoring_in_place: "#fdd0a2",
+    Phase.checkpoint_mismatch_in_place: "#fcbba1",
     Phase.demoted: "#9ecae1",
     Phase.expired: "#c6dbef",
     Phase.released: "#e0e0e0",

@@ -15,6 +15,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from kvclaims.refinement import check_trace
+from kvclaims.refinement.sources import AUTO
+from kvclaims.spec.descriptor import Descriptor
+from kvclaims.spec.vocabulary import AnchorKind
 
 LANES = {
     "scenarios": "MicroRuntime scenarios",
@@ -33,6 +36,8 @@ class TraceCheck:
     scenario: str
     trace: str
     """Path relative to the demo output folder."""
+    format: str
+    """The format the trace was read in (a trace its descriptors cite two ways has two checks)."""
     control: bool
     expected: str
     outcome: str
@@ -46,13 +51,42 @@ class TraceCheck:
 
 @dataclass(frozen=True)
 class FoundTrace:
-    """A trace to check: which lane wrote it, the scenario it is a run of, where it is, and the
-    name the report shows for it."""
+    """A trace to check: which lane wrote it, the scenario it is a run of, where it is, the
+    name the report shows for it, and how it is read (its format, `auto` to detect it, and the
+    claim registry a KV-event capture is joined with)."""
 
     lane: str
     scenario: str
     path: Path
     shown: str
+    format: str = AUTO
+    registry: Path | None = None
+
+
+@dataclass(frozen=True)
+class CheckJob:
+    """How a descriptor's trace anchor says its trace is re-checked."""
+
+    format: str
+    registry: Path | None
+
+
+def anchored_checks(descriptors: list[Descriptor]) -> dict[Path, list[CheckJob]]:
+    """Each local trace the descriptors cite -> the distinct ways their anchors say it is
+    re-checked: the anchor's `format` (absent: `auto`) and `registry` (paths with links resolved,
+    so that one file is one key however it is reached). The one place
+    that turns anchors into check jobs; a trace cited two ways is checked both ways."""
+    jobs: dict[Path, list[CheckJob]] = {}
+    for descriptor in descriptors:
+        for anchor in descriptor.anchors():
+            if anchor.kind is not AnchorKind.trace or not anchor.local or anchor.resolved is None:
+                continue
+            registry = anchor.registry_file.resolve() if anchor.registry_file else None
+            job = CheckJob(str(anchor.format) if anchor.format else AUTO, registry)
+            known = jobs.setdefault(anchor.resolved.resolve(), [])
+            if job not in known:
+                known.append(job)
+    return jobs
 
 
 def _scenario_of(out: Path, path: Path, folder: str) -> str:
@@ -102,19 +136,26 @@ def lane_traces(out: Path, since_ns: int = 0) -> list[FoundTrace]:
     return found
 
 
-def folder_traces(lane: str, root: Path, files: list[Path]) -> list[FoundTrace]:
+def folder_traces(
+    lane: str, root: Path, files: list[Path], anchored: dict[Path, list[CheckJob]] | None = None
+) -> list[FoundTrace]:
     """`files` found under `root` (a user's folder, the bundled corpus), each a run of its own:
-    shown relative to `root`'s parent, its scenario is its file name."""
-    return [
-        FoundTrace(lane, path.name.split(".")[0], path, str(path.relative_to(root.parent))) for path in files
-    ]
+    shown relative to `root`'s parent, its scenario is its file name. A file that `anchored`
+    (`anchored_checks`) names is checked each way its anchors say; any other, format detected
+    and without a registry."""
+    found = []
+    for path in files:
+        jobs = (anchored or {}).get(path.resolve(), [CheckJob(AUTO, None)])
+        scenario, shown = path.name.split(".")[0], str(path.relative_to(root.parent))
+        found += [FoundTrace(lane, scenario, path, shown, job.format, job.registry) for job in jobs]
+    return found
 
 
 def check_traces(found: list[FoundTrace]) -> list[TraceCheck]:
     """Check each trace and judge its verdict against what its scenario expects."""
     checks = []
     for entry in found:
-        verdict = check_trace(entry.path)
+        verdict = check_trace(entry.path, format=entry.format, registry=entry.registry)
         outcome = str(verdict.outcome)
         rule = str(verdict.rule) if verdict.rule else None
         expected, ok = judge(entry.lane, entry.scenario, outcome, rule)
@@ -123,6 +164,7 @@ def check_traces(found: list[FoundTrace]) -> list[TraceCheck]:
                 lane=LANES.get(entry.lane, entry.lane),
                 scenario=entry.scenario,
                 trace=entry.shown,
+                format=verdict.format,
                 control=entry.scenario.startswith("control-"),
                 expected=expected,
                 outcome=outcome,

@@ -173,8 +173,10 @@ def _harm_after_demotion_or_expiry(s: State, i: Inputs) -> z3.BoolRef:
     return z3.And(event_in(i[0], HARM_EVENTS), _legal(s, i), z3.Or(_flag(s, "demoted"), _flag(s, "expired")))
 
 
-def _failure_without_offload_and_restore(s: State, i: Inputs) -> z3.BoolRef:
-    ordered = z3.And(_flag(s, "accepted"), _flag(s, "offloaded"), _flag(s, "restore_required_since_offload"))
+def _failure_without_restore_required(s: State, i: Inputs) -> z3.BoolRef:
+    restorable = z3.Or(_flag(s, "offloaded"), profile_has(s[0], "two_key"))
+    refusable = z3.Or(i[0] != EVENTS.index(E.fail_restoration_refusal), _flag(s, "awaiting_restore"))
+    ordered = z3.And(_flag(s, "accepted"), _flag(s, "restore_required_since_offload"), restorable, refusable)
     return z3.And(event_in(i[0], RESTORATION_FAILURES), _legal(s, i), z3.Not(ordered))
 
 
@@ -349,12 +351,14 @@ OBLIGATIONS: tuple[ProofObligation, ...] = (
         _safety(_harm_after_demotion_or_expiry),
     ),
     ProofObligation(
-        "lifecycle.restoration_failed_only_after_offload_and_restore_required",
+        "lifecycle.restoration_failed_only_after_restore_required",
         "resident_claim_restoration_failed (any outcome) is legal for a claim only after that "
-        "claim was accepted and offloaded, and a restore_required for it came after its most "
-        "recent offload.",
+        "claim was accepted and a restore_required for it came after its most recent offload "
+        "(if any): a one-key claim needs a prior offload, a two-key claim a prior offload or an "
+        "in-place checkpoint restore (seed 002); outcome refusal needs an offload not yet "
+        "restored (a failed in-place restore has no other tier to refuse back to).",
         Method.spacer_invariant,
-        _safety(_failure_without_offload_and_restore),
+        _safety(_failure_without_restore_required),
     ),
     ProofObligation(
         "lifecycle.blocking_ids_name_only_responsible_claims",

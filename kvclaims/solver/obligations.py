@@ -6,7 +6,7 @@ that define obligations, so none of them imports another in a cycle.
 
 from __future__ import annotations
 
-from kvclaims.solver import capacity_proofs, lifecycle_proofs, lowering_proofs, rule_proofs
+from kvclaims.solver import capacity_proofs, lifecycle_proofs, lowering_proofs, routing_proofs, rule_proofs
 from kvclaims.solver.proofs import ProofObligation, ProofResult, run_obligation
 
 
@@ -17,6 +17,7 @@ def all_obligations() -> tuple[ProofObligation, ...]:
         *lifecycle_proofs.OBLIGATIONS,
         *capacity_proofs.OBLIGATIONS,
         *rule_proofs.OBLIGATIONS,
+        *routing_proofs.OBLIGATIONS,
     )
 
 

@@ -540,6 +540,7 @@ CLASSES: tuple[TraceClass, ...] = (
         (M.offloadable, M.best_effort),
         ("reuse_satisfied(claim-a,req-1)",),
         _phase(0, Phase.checkpoint_mismatch),
+        needs=("restore(claim-a,req-1)",),  # the KV key first (refinement rule 11)
         two_key=True,
     ),
     TraceClass(
@@ -549,6 +550,7 @@ CLASSES: tuple[TraceClass, ...] = (
         (M.offloadable, M.best_effort),
         (AT_END,),
         _phase(0, Phase.checkpoint_mismatch),
+        needs=("restore(claim-a,req-1)",),  # the KV key first (refinement rule 11)
         two_key=True,
     ),
     TraceClass(

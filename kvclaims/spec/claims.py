@@ -19,6 +19,7 @@ from kvclaims.spec._types import (
     PositiveInt,
     PositivePrefixBlocks,
     SpecModel,
+    StrictBool,
     StrictStr,
     Text,
 )
@@ -127,6 +128,8 @@ class ResidentClaimInput(SpecModel):
     footprint_blocks: PositiveInt
     protection_mode: ProtectionMode
     duration_steps: PositiveInt | None = None
+    duration_ms: PositiveInt | None = None
+    refresh_on_hit: StrictBool = False
     policy: PolicyInputs | None = None
 
     @model_validator(mode="after")
@@ -137,8 +140,14 @@ class ResidentClaimInput(SpecModel):
                 f"predicate needs {required} leading blocks but footprint_blocks is "
                 f"{self.footprint_blocks}: the claim could never materialize"
             )
-        if self.protection_mode is ProtectionMode.expiring and self.duration_steps is None:
-            raise ValueError("an expiring claim needs duration_steps")
+        durations = [d for d in (self.duration_steps, self.duration_ms) if d is not None]
+        if len(durations) == 2:
+            # Expiring when the first clock ends would break the other clock's promise.
+            raise ValueError("give duration_steps or duration_ms, not both")
+        if self.protection_mode is ProtectionMode.expiring and not durations:
+            raise ValueError("an expiring claim needs duration_steps or duration_ms")
+        if self.refresh_on_hit and not durations:
+            raise ValueError("refresh_on_hit needs a duration to refresh")
         return self
 
 

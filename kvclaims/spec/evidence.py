@@ -34,6 +34,7 @@ from kvclaims.spec.vocabulary import (
     ObservationAtom,
     ProtectionMode,
     TelemetryJoinPrecondition,
+    TraceFormat,
 )
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -50,6 +51,12 @@ class Anchor(SpecModel):
     a lifecycle. A local trace or artifact anchor whose file does not exist never counts, and an
     anchor with `sha256` counts only once its file was found and matched (`verify`); until then
     it is unverified, which fails closed.
+
+    A trace anchor may also say how its file is re-checked (`kvclaims check`): its `format`
+    (absent: detected), and the claim `registry` a KV-event capture is joined with, a file next
+    to the descriptor like `path`, which must exist (and match `registry_sha256` when given) for
+    the anchor to count. Whoever re-checks cited traces reads them from here
+    (`kvclaims.report.verdicts.anchored_checks`).
     """
 
     kind: AnchorKind = Field(description="What the anchor points at.")
@@ -68,16 +75,57 @@ class Anchor(SpecModel):
         None, description="[first, last] event of a trace the evidence is in."
     )
     claim_ids: list[Identifier] = Field([], description="The claims of a trace the evidence is about.")
+    format: TraceFormat | None = Field(
+        None, description="Trace anchors: the format to re-check the trace in; absent: detected."
+    )
+    registry: Text = Field(
+        "",
+        description="Trace anchors: the claim registry a KV-event capture is checked with, a file "
+        "next to the descriptor like `path`; must exist.",
+    )
+    registry_sha256: Annotated[str, Field(pattern=_SHA256.pattern)] | None = Field(
+        None, description="Digest of the file at `registry`; counts only when it matches."
+    )
 
     _resolved: Path | None = PrivateAttr(default=None)
     _found: bool | None = PrivateAttr(default=None)
     _digest_verified: bool | None = PrivateAttr(default=None)
+    _registry_resolved: Path | None = PrivateAttr(default=None)
+    _registry_found: bool | None = PrivateAttr(default=None)
+    _registry_digest_verified: bool | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _ordered_event_range(self) -> Anchor:
         if self.event_range is not None and self.event_range[0] > self.event_range[1]:
             raise ValueError("event_range must be [first, last] with first <= last")
         return self
+
+    @model_validator(mode="after")
+    def _recheck_fields_on_traces_only(self) -> Anchor:
+        named = [
+            name
+            for name, given in (
+                ("format", self.format is not None),
+                ("registry", not is_blank(self.registry)),
+                ("registry_sha256", self.registry_sha256 is not None),
+            )
+            if given
+        ]
+        if named and self.kind is not AnchorKind.trace:
+            raise ValueError(f"{', '.join(named)}: only a trace anchor says how its trace is re-checked")
+        if self.registry_sha256 is not None and is_blank(self.registry):
+            raise ValueError("registry_sha256 without registry: a digest of no file")
+        return self
+
+    @property
+    def resolved(self) -> Path | None:
+        """The file at `path`, resolved next to the descriptor (set by `verify`)."""
+        return self._resolved
+
+    @property
+    def registry_file(self) -> Path | None:
+        """The claim registry's file, resolved next to the descriptor (set by `verify`)."""
+        return self._registry_resolved
 
     @property
     def local(self) -> bool:
@@ -96,14 +144,17 @@ class Anchor(SpecModel):
                 found.append("trace anchor does not say how event order is preserved")
             if is_blank(self.claim_scope):
                 found.append("trace anchor does not say how events are tied to the claim")
-        if self._found is False:
-            found.append(f"anchored {self.kind} file does not exist: {self._resolved}")
-        elif self.sha256 is not None and self._digest_verified is not True:
-            found.append(
-                "anchor digest not verified"
-                if self._digest_verified is None
-                else f"sha256 of the anchored file {self._resolved} does not match"
-            )
+        checked_files = (
+            (f"anchored {self.kind} file", self._resolved, self._found, self.sha256, self._digest_verified),
+            (
+                "the anchor's claim registry",
+                self._registry_resolved,
+                self._registry_found,
+                self.registry_sha256,
+                self._registry_digest_verified,
+            ),
+        )
+        found += [problem for checked in checked_files if (problem := _file_problem(*checked))]
         return found
 
     @property
@@ -114,7 +165,12 @@ class Anchor(SpecModel):
         """Check the file at `path` (relative to `base_dir`, the descriptor's folder): a local
         trace or artifact anchor counts only if the file exists, and an anchor with `sha256`
         only if the digest matches. A digest on a URL-only anchor stays unverified (and so does
-        not count)."""
+        not count). `registry` is resolved and checked the same way."""
+        if not is_blank(self.registry):
+            self._registry_resolved = Path(os.path.abspath(base_dir / self.registry))
+            self._registry_found = _is_file(self._registry_resolved)
+            if self.registry_sha256 is not None:
+                self._registry_digest_verified = _file_sha256(self._registry_resolved) == self.registry_sha256
         if is_blank(self.path):
             return
         self._resolved = Path(os.path.abspath(base_dir / self.path))
@@ -122,6 +178,19 @@ class Anchor(SpecModel):
             self._found = _is_file(self._resolved)
         if self.sha256 is not None:
             self._digest_verified = _file_sha256(self._resolved) == self.sha256
+
+
+def _file_problem(
+    what: str, resolved: Path | None, exists: bool | None, sha256: str | None, matched: bool | None
+) -> str | None:
+    """Why a file an anchor names does not count (None: it does): it is missing, or its digest
+    was given and is unverified or does not match."""
+    if exists is False:
+        return f"{what} does not exist: {resolved}"
+    if sha256 is not None and matched is not True:
+        unverified = f"{what}: digest not verified"
+        return unverified if matched is None else f"sha256 of {what} {resolved} does not match"
+    return None
 
 
 def fits_scope(anchor: Anchor, scope: EvidenceScope) -> bool:

@@ -13,12 +13,13 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from kvclaims.spec.descriptor import Descriptor
-from kvclaims.spec.trace import TraceEvent, TraceHeader
+from kvclaims.spec.trace import RoutingEvent, TraceEvent, TraceHeader
 
 SCHEMA_FILES = (
     "descriptor-v1.schema.json",
     "trace-v1-header.schema.json",
     "trace-v1-event.schema.json",
+    "trace-v1-routing-event.schema.json",
 )
 
 
@@ -28,6 +29,7 @@ def generate_schemas() -> dict[str, dict[str, Any]]:
         "descriptor-v1.schema.json": Descriptor.model_json_schema(),
         "trace-v1-header.schema.json": TraceHeader.model_json_schema(),
         "trace-v1-event.schema.json": TypeAdapter(TraceEvent).json_schema(),
+        "trace-v1-routing-event.schema.json": TypeAdapter(RoutingEvent).json_schema(),
     }
     for name, schema in generated.items():
         schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"

@@ -18,7 +18,11 @@ from typing import Any
 Schema = Mapping[str, Any]
 
 DOC_SOURCES: Mapping[str, tuple[str, ...]] = {
-    "trace-format.md": ("trace-v1-header.schema.json", "trace-v1-event.schema.json"),
+    "trace-format.md": (
+        "trace-v1-header.schema.json",
+        "trace-v1-event.schema.json",
+        "trace-v1-routing-event.schema.json",
+    ),
     "descriptor-format.md": ("descriptor-v1.schema.json",),
 }
 """Each generated document and the committed schemas it is rendered from, in order."""
@@ -383,15 +387,24 @@ def _generated_notice(sources: tuple[str, ...]) -> list[str]:
     ]
 
 
-def _events_part(events: Schema) -> list[str]:
-    """Header-less event schema: an index of event types, then one section per type."""
+def _events_part(
+    events: Schema,
+    *,
+    heading: str = "## Events",
+    intro: str | None = None,
+    skip: frozenset[str] = frozenset(),
+) -> list[str]:
+    """Header-less event schema: an index of event types, then one section per type (leaving
+    out the definitions named in `skip`, rendered already)."""
     discriminator = _discriminator_of(events)
     names = [_ref_name(option["$ref"]) for option in events.get("oneOf", [])]
+    names = [name for name in names if name not in skip]
     definitions = events.get("$defs", {})
     lines = [
-        "## Events",
+        heading,
         "",
-        f"Every line after the header is exactly one of these, chosen by its `{discriminator}` field.",
+        intro
+        or f"Every line after the header is exactly one of these, chosen by its `{discriminator}` field.",
         "",
         f"| `{discriminator}` | required fields | what it says |",
         "|---|---|---|",
@@ -409,15 +422,28 @@ def _events_part(events: Schema) -> list[str]:
     return lines
 
 
-def render_trace_format(header: Schema, events: Schema) -> str:
+_ROUTER_STREAM_INTRO = (
+    "A fleet's routing hook writes a router stream: a header line and these events, then "
+    "`trace_closed`. `kvclaims check --fleet ROUTER ENGINE...` judges it together with the "
+    "engines' own streams (each header names its `engine_id`); a single-stream check finds these "
+    "events unknown (inconclusive). Unlike engine events, a router stream line may carry no "
+    "field beyond its event's."
+)
+
+
+def render_trace_format(header: Schema, events: Schema, routing: Schema) -> str:
     example = "\n".join(json.dumps(line) for line in TRACE_EXAMPLE)
     intro = _INTROS["trace-format.md"].replace("{trace_example}", example)
     lines = [*_generated_notice(DOC_SOURCES["trace-format.md"]), intro]
     lines += ["## Header (line 1)", ""]
     lines += object_section("TraceHeader", header)[2:]
     lines += _events_part(events)
-    event_names = {_ref_name(option["$ref"]) for option in events.get("oneOf", [])}
-    lines += _types_sections([header, events], skip=event_names)
+    known = frozenset(_ref_name(option["$ref"]) for option in events.get("oneOf", []))
+    lines += _events_part(
+        routing, heading="## Routing events (router stream)", intro=_ROUTER_STREAM_INTRO, skip=known
+    )
+    event_names = known | {_ref_name(option["$ref"]) for option in routing.get("oneOf", [])}
+    lines += _types_sections([header, events, routing], skip=event_names)
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
@@ -433,7 +459,9 @@ def render_docs(schemas: Mapping[str, Schema]) -> dict[str, str]:
     """Every generated document, by file name, from schemas keyed by their file name."""
     return {
         "trace-format.md": render_trace_format(
-            schemas["trace-v1-header.schema.json"], schemas["trace-v1-event.schema.json"]
+            schemas["trace-v1-header.schema.json"],
+            schemas["trace-v1-event.schema.json"],
+            schemas["trace-v1-routing-event.schema.json"],
         ),
         "descriptor-format.md": render_descriptor_format(schemas["descriptor-v1.schema.json"]),
     }

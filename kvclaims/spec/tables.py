@@ -23,6 +23,7 @@ from kvclaims.spec.vocabulary import (
     ObservationAtom,
     ProtectionMode,
     TelemetryJoinPrecondition,
+    TraceFormat,
     TraceWitness,
 )
 
@@ -127,6 +128,12 @@ RUNTIME_SCOPES: frozenset[EvidenceScope] = OBSERVED_SCOPES | {EvidenceScope.arti
 # Evidence of a runtime scope needs one (docs or source show what the code could do, never an
 # observation, an enforcement or what a backend patch's exercised run did), and its file must exist.
 OBSERVING_ANCHOR_KINDS: frozenset[AnchorKind] = frozenset({AnchorKind.trace, AnchorKind.artifact})
+
+# Runtimes' block-event captures: checked only joined with an external claim registry; without
+# one nothing ties their blocks to claims, so such a trace is at best inconclusive.
+KV_EVENT_FORMATS: frozenset[TraceFormat] = frozenset(
+    {TraceFormat.vllm_kv_events, TraceFormat.sglang_kv_events, TraceFormat.trtllm_kv_events}
+)
 
 # A telemetry_join adapter supplies anything only when all nine hold (seed 000 table 5).
 TELEMETRY_JOIN_PRECONDITIONS: frozenset[TelemetryJoinPrecondition] = frozenset(TelemetryJoinPrecondition)

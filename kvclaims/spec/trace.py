@@ -16,7 +16,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from kvclaims.spec._types import (
     FormatVersion,
@@ -52,6 +52,11 @@ class TraceHeader(_TraceModel):
     block_size: PositiveInt | None = Field(None, description="Tokens per KV block.")
     cache_identity: CacheIdentity | None = Field(
         None, description="The identity inside which cached prefixes are one reusable object."
+    )
+    engine_id: Identifier | None = Field(
+        None,
+        description="The engine this stream belongs to in a fleet (one ordered stream per engine); "
+        "routing events name engines by it. Null outside a fleet.",
     )
 
 
@@ -235,14 +240,15 @@ class ResidentClaimOffloaded(_ClaimEvent):
 
 
 class ResidentClaimRestoreRequired(_ClaimEvent):
-    """A reuse by `request_id` needs the offloaded claim restored first."""
+    """A reuse by `request_id` needs the claim restored first: an offloaded claim, or (in
+    place, seed 002) a materialized two-key claim's checkpoint into the request's live slot."""
 
     event: Literal["resident_claim_restore_required"] = "resident_claim_restore_required"
     request_id: Identifier = Field(description="The request that reuses the claim.")
 
 
 class ResidentClaimRestored(_ClaimEvent):
-    """The offloaded claim is back in the device tier for `request_id`."""
+    """The claim's KV blocks are back (or, in place, still) in the device tier for `request_id`."""
 
     event: Literal["resident_claim_restored"] = "resident_claim_restored"
     request_id: Identifier = Field(description="The request the claim was restored for.")
@@ -418,6 +424,54 @@ class TraceClosed(_Event):
     reason: CloseReason = Field(description="Why the writer ended the trace.")
 
 
+class RouteOutcome(StrEnum):
+    """What a routed reuse of a claim came to on the engine the router chose."""
+
+    delivered = "delivered"
+    """The chosen engine holds the claim and served its reuse with at least the predicted blocks."""
+    missed = "missed"
+    """Anything else: the claim is held elsewhere, or fewer blocks were served than predicted."""
+
+
+class RouteDecided(_Event):
+    """A router chose an engine for `request_id`, a reuse of `claim_id` (router stream)."""
+
+    event: Literal["route_decided"] = "route_decided"
+    request_id: Identifier = Field(description="The routed request, as the engines' streams name it.")
+    claim_id: Identifier = Field(description="The claim whose reuse the request is.")
+    candidate_engines: list[Identifier] = Field(
+        min_length=1, max_length=1024, description="The engines the router chose among (distinct)."
+    )
+    chosen_engine: Identifier = Field(
+        description="The engine the request was sent to; one of the candidates."
+    )
+    predicted_hit_blocks: PrefixBlocks = Field(
+        description="Leading blocks of the claim's prefix the router predicted cached on the chosen engine."
+    )
+
+    @model_validator(mode="after")
+    def _chosen_among_candidates(self) -> RouteDecided:
+        if len(set(self.candidate_engines)) != len(self.candidate_engines):
+            raise ValueError("candidate_engines: an engine is named twice")
+        if self.chosen_engine not in self.candidate_engines:
+            raise ValueError("chosen_engine: not one of candidate_engines")
+        return self
+
+
+class RouteReuseReported(_Event):
+    """What the routed reuse of `claim_id` by `request_id` came to on `engine` (router stream)."""
+
+    event: Literal["route_reuse_reported"] = "route_reuse_reported"
+    request_id: Identifier = Field(description="The routed request.")
+    claim_id: Identifier = Field(description="The claim whose reuse was routed.")
+    engine: Identifier = Field(description="The engine that served the request.")
+    delivered_blocks: PrefixBlocks = Field(
+        description="Leading blocks of the claim's prefix the engine served from its cache for the "
+        "request, attributed to the claim (0 when the engine does not hold the claim)."
+    )
+    outcome: RouteOutcome = Field(description="Whether the routed reuse was delivered or missed.")
+
+
 _EVENT_CLASSES: tuple[type[_Event], ...] = (
     ResidentClaimSubmitted,
     ResidentClaimAccepted,
@@ -457,3 +511,16 @@ CLAIM_EVENT_TYPES: frozenset[str] = frozenset(
 
 TraceEvent = Annotated[Union[_EVENT_CLASSES], Field(discriminator="event")]  # noqa: UP007
 """Any one event line, discriminated by `event`."""
+
+
+_ROUTING_CLASSES: tuple[type[_Event], ...] = (RouteDecided, RouteReuseReported, TraceClosed)
+
+ROUTING_EVENT_MODELS: dict[str, type[_Event]] = {
+    model.model_fields["event"].default: model for model in _ROUTING_CLASSES
+}
+"""Every event type of a router stream (a fleet's routing hook writes it; `kvclaims check
+--fleet` judges it together with the engines' streams). Not engine events: a single-stream
+check finds them unknown (inconclusive)."""
+
+RoutingEvent = Annotated[Union[_ROUTING_CLASSES], Field(discriminator="event")]  # noqa: UP007
+"""Any one router stream line, discriminated by `event`."""

@@ -130,6 +130,20 @@ class AnchorKind(StrEnum):
     artifact = "artifact"
 
 
+class TraceFormat(StrEnum):
+    """A trace format the refinement checker reads (`kvclaims check --format`). The KV-event
+    captures (`*-kv-events`) are runtimes' block events, checked only joined with a claim
+    registry."""
+
+    kvclaims_v1 = "kvclaims-v1"
+    blockpool = "blockpool"
+    offload_hook = "offload-hook"
+    pydev_connector = "pydev-connector"
+    vllm_kv_events = "vllm-kv-events"
+    sglang_kv_events = "sglang-kv-events"
+    trtllm_kv_events = "trtllm-kv-events"
+
+
 class ApproximationSignal(StrEnum):
     """A runtime primitive that resembles a contract feature without discharging it.
 
@@ -246,6 +260,9 @@ class ConformanceRule(StrEnum):
     duration = "duration"
     block_identity = "block_identity"
     terms = "terms"
+    route_placement = "route_placement"
+    route_attribution = "route_attribution"
+    route_miss_reported = "route_miss_reported"
 
 
 class TraceWitness(StrEnum):

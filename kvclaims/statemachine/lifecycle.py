@@ -6,10 +6,15 @@ The MicroRuntime emits against it, the refinement checker replays abstracted tra
 it, and `kvclaims.solver` encodes the same table in Z3 (a test checks every pair agrees). It
 is a small pure value in the Porcupine sense: `INITIAL`, `step`, `at_end`, `describe`.
 
-Phases are the claim states of DESIGN 2.1 plus three bookkeeping phases: `absent` (no event
-yet), `breached` (a preserving claim fell below its predicate: harm is owed before anything
-else) and `checkpoint_mismatch` (a two-key restore produced a different value hash: only a
-restoration-failure outcome may follow). A claim's `ClaimProfile` (does its mode preserve, may
+Phases are the claim states of DESIGN 2.1 plus bookkeeping phases: `absent` (no event yet),
+`breached` (a preserving claim fell below its predicate: harm is owed before anything else),
+`checkpoint_mismatch` (a two-key restore produced a different value hash: only a
+restoration-failure outcome may follow), and the in-place twins `restoring_in_place` /
+`checkpoint_mismatch_in_place`: a materialized two-key claim whose checkpoint is restored into
+a request's live slot (seed 002's restore phases payload -> scratch -> live slot -> post-restore
+view) without an offload. The twins exist because a failed in-place restore has no other tier
+to fall back to: its outcome must end responsibility (demotion, expiry, harm), never refusal
+(which returns an offloaded claim to `offloaded`). A claim's `ClaimProfile` (does its mode preserve, may
 it be offloaded, is its predicate two-key) is fixed when it is accepted and selects guarded
 transitions. Harm semantics are seed 001 table 4: loss is harm only for an accepted claim with
 a preservation obligation, before demotion, expiry or release.
@@ -39,6 +44,8 @@ class Phase(StrEnum):
     offloaded = "offloaded"
     restoring = "restoring"
     checkpoint_mismatch = "checkpoint_mismatch"
+    restoring_in_place = "restoring_in_place"
+    checkpoint_mismatch_in_place = "checkpoint_mismatch_in_place"
     demoted = "demoted"
     expired = "expired"
     released = "released"
@@ -56,6 +63,8 @@ _REPORTED_STATE: Mapping[Phase, ClaimState | None] = MappingProxyType(
         Phase.absent: None,
         Phase.breached: ClaimState.materialized,
         Phase.checkpoint_mismatch: ClaimState.restoring,
+        Phase.restoring_in_place: ClaimState.restoring,
+        Phase.checkpoint_mismatch_in_place: ClaimState.restoring,
     }
 )
 
@@ -158,7 +167,7 @@ def _table(*rows: tuple[str, Event, Phase | None] | tuple[str, Event, Phase | No
 
 
 RESPONSIBLE: frozenset[Phase] = frozenset(
-    {Phase.accepted, Phase.materialized, Phase.offloaded, Phase.restoring}
+    {Phase.accepted, Phase.materialized, Phase.offloaded, Phase.restoring, Phase.restoring_in_place}
 )
 """Phases in which the runtime answers for the claim's predicate (it tags and protects new
 blocks) and may still relax it."""
@@ -173,6 +182,8 @@ NOT_ACCEPTED: frozenset[Phase] = frozenset({Phase.absent, Phase.submitted, Phase
 """Phases of a claim that was never accepted: nothing but a decision may name it."""
 SATISFIABLE: frozenset[Phase] = ENDED | {Phase.materialized}
 """Phases from which a reuse may report the predicate satisfied (if the blocks are there)."""
+MISMATCHED: frozenset[Phase] = frozenset({Phase.checkpoint_mismatch, Phase.checkpoint_mismatch_in_place})
+"""Phases after a two-key restore produced a different value hash: a failure outcome is owed."""
 
 
 def _names(phases: frozenset[Phase]) -> str:
@@ -180,7 +191,7 @@ def _names(phases: frozenset[Phase]) -> str:
 
 
 E, P, G = Event, Phase, Guard
-_RESPONSIBLE, _ENDED = _names(RESPONSIBLE), _names(ENDED)
+_RESPONSIBLE, _ENDED, _MISMATCHED = _names(RESPONSIBLE), _names(ENDED), _names(MISMATCHED)
 
 TRANSITIONS: tuple[Transition, ...] = tuple(
     _table(
@@ -194,42 +205,51 @@ TRANSITIONS: tuple[Transition, ...] = tuple(
         (_RESPONSIBLE, E.demote, P.demoted),
         (_RESPONSIBLE, E.expire, P.expired),
         (f"{_RESPONSIBLE} {_names(SETTLED)}", E.release, P.released),
-        # loss below the predicate (derived from block events)
-        ("materialized", E.predicate_broken, P.breached, G.preserving),
-        ("materialized", E.predicate_broken, P.accepted, G.observational),
-        # (materialized is not listed: its two guarded rows above cover every profile)
+        # loss below the predicate (derived from block events); an in-place restore keeps the
+        # KV key on the device, so its loss there is loss of a materialized claim
+        ("materialized restoring_in_place", E.predicate_broken, P.breached, G.preserving),
+        ("materialized restoring_in_place", E.predicate_broken, P.accepted, G.observational),
+        ("checkpoint_mismatch_in_place", E.predicate_broken, P.breached, G.preserving),
+        # (the rows above cover every profile of their phases)
         (
             f"accepted offloaded restoring {_ENDED} breached checkpoint_mismatch harmed",
             E.predicate_broken,
             None,
         ),
+        ("checkpoint_mismatch_in_place", E.predicate_broken, None, G.observational),
         (
-            "materialized breached offloaded restoring checkpoint_mismatch",
+            f"materialized breached offloaded restoring restoring_in_place {_MISMATCHED}",
             E.harm,
             P.harmed,
             G.preserving,
         ),
-        ("accepted materialized", E.lose, P.accepted, G.observational),
+        ("accepted materialized restoring_in_place", E.lose, P.accepted, G.observational),
         (_ENDED, E.lose, None),
         # offload and restore before reuse (seed 000 paths A and B)
         ("materialized", E.offload, P.offloaded, G.offloadable),
-        ("offloaded restoring", E.require_restore, P.restoring),
+        ("offloaded", E.require_restore, P.restoring),
+        ("restoring", E.require_restore, None),
         ("restoring", E.restore, P.materialized, G.one_key),
-        ("restoring", E.restore, None, G.two_key),
-        ("restoring", E.restore_checkpoint_match, P.materialized, G.two_key),
+        # a two-key restore: the KV key, then the checkpoint decides (seed 002); in place, a
+        # materialized two-key claim restores its checkpoint into the request's live slot
+        ("materialized", E.require_restore, P.restoring_in_place, G.two_key),
+        ("restoring_in_place", E.require_restore, None, G.two_key),
+        ("restoring restoring_in_place", E.restore, None, G.two_key),
+        ("restoring restoring_in_place", E.restore_checkpoint_match, P.materialized, G.two_key),
         ("restoring", E.restore_checkpoint_mismatch, P.checkpoint_mismatch, G.two_key),
+        ("restoring_in_place", E.restore_checkpoint_mismatch, P.checkpoint_mismatch_in_place, G.two_key),
         ("restoring checkpoint_mismatch", E.fail_restoration_refusal, P.offloaded),
-        ("restoring checkpoint_mismatch", E.fail_restoration_demotion, P.demoted),
-        ("restoring checkpoint_mismatch", E.fail_restoration_expiry, P.expired),
-        ("restoring checkpoint_mismatch", E.fail_restoration_harm, P.harmed, G.preserving),
+        (f"restoring restoring_in_place {_MISMATCHED}", E.fail_restoration_demotion, P.demoted),
+        (f"restoring restoring_in_place {_MISMATCHED}", E.fail_restoration_expiry, P.expired),
+        (f"restoring restoring_in_place {_MISMATCHED}", E.fail_restoration_harm, P.harmed, G.preserving),
         # requests that name the claim
         (f"materialized {_ENDED}", E.reuse_satisfied, None),
         (
-            f"{_RESPONSIBLE} {_ENDED} checkpoint_mismatch harmed",
+            f"{_RESPONSIBLE} {_ENDED} {_MISMATCHED} harmed",
             E.reuse_unsatisfied,
             None,
         ),
-        (f"{_RESPONSIBLE} checkpoint_mismatch", E.block, None, G.preserving),
+        (f"{_RESPONSIBLE} {_MISMATCHED}", E.block, None, G.preserving),
     )
 )
 """The whole lifecycle, as data. Every (phase, event, profile) not matched is a violation."""
@@ -287,7 +307,7 @@ def at_end(phase: Phase) -> Violation | None:
             "the claim fell below its predicate and the trace ended without resident_claim_harmed",
             (Event.harm,),
         )
-    if phase is Phase.checkpoint_mismatch:
+    if phase in MISMATCHED:
         return Violation(
             ConformanceRule.hybrid_two_key,
             phase,
@@ -315,6 +335,8 @@ _OFFLOAD_PATH = frozenset(
     }
 )
 _CHECKPOINT = frozenset({Event.restore_checkpoint_match, Event.restore_checkpoint_mismatch})
+IN_PLACE: frozenset[Phase] = frozenset({Phase.restoring_in_place, Phase.checkpoint_mismatch_in_place})
+"""Phases of an in-place checkpoint restore of a materialized two-key claim."""
 
 
 def _why_illegal(profile: ClaimProfile, phase: Phase, event: Event) -> tuple[ConformanceRule, str]:
@@ -336,10 +358,15 @@ def _why_illegal(profile: ClaimProfile, phase: Phase, event: Event) -> tuple[Con
             rule.no_silent_harm,
             "a claim with a preservation obligation lost its predicate: that is harm",
         )
-    if phase is Phase.checkpoint_mismatch or event in _CHECKPOINT:
+    if event is Event.fail_restoration_refusal and phase in IN_PLACE:
+        return rule.hybrid_two_key, (
+            "refusal after an in-place checkpoint restore: the claim has no other tier to return "
+            "to, so a failed resume ends its responsibility (demotion, expiry or harm)"
+        )
+    if phase in MISMATCHED or event in _CHECKPOINT:
         return rule.hybrid_two_key, (
             f"{event} in {phase}: a value-hash mismatch must end in a restoration failure"
-            if phase is Phase.checkpoint_mismatch
+            if phase in MISMATCHED
             else f"{event} in {phase}: checkpoint restores belong to restoring two-key claims"
         )
     if event is Event.block:
@@ -347,8 +374,12 @@ def _why_illegal(profile: ClaimProfile, phase: Phase, event: Event) -> tuple[Con
             f"blocking_claim_ids names a claim that is {phase}"
             + ("" if profile.preserving else " and whose mode carries no preservation obligation")
         )
-    if event is Event.reuse_satisfied and phase in (Phase.offloaded, Phase.restoring):
-        return rule.offload_order, "a satisfied reuse of an offloaded claim before it was restored"
+    if event is Event.reuse_satisfied and phase in (
+        Phase.offloaded,
+        Phase.restoring,
+        Phase.restoring_in_place,
+    ):
+        return rule.offload_order, "a satisfied reuse of a claim before its restore completed"
     if event in _OFFLOAD_PATH:
         return rule.offload_order, f"{event} in {phase}: needs a prior offload and restore_required"
     if event in (Event.harm, Event.fail_restoration_harm) and not profile.preserving:

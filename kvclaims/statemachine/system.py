@@ -46,7 +46,16 @@ from kvclaims.spec.tables import DEVICE_CACHE_LEVELS
 from kvclaims.spec.trace import CAPACITY_PROOF_FIELDS, ConflictReason, RestorationOutcome
 from kvclaims.spec.vocabulary import ConformanceRule, ProtectionMode, TraceWitness
 from kvclaims.statemachine import lifecycle
-from kvclaims.statemachine.lifecycle import ALL_PROFILES, ENDED, INITIAL, RETIRED, ClaimProfile, Event, Phase
+from kvclaims.statemachine.lifecycle import (
+    ALL_PROFILES,
+    ENDED,
+    IN_PLACE,
+    INITIAL,
+    RETIRED,
+    ClaimProfile,
+    Event,
+    Phase,
+)
 from kvclaims.statemachine.requests import (
     REQUEST_INITIAL,
     RequestEvent,
@@ -171,11 +180,12 @@ _FAILURE_EVENT = {
     RestorationOutcome.harm: Event.fail_restoration_harm,
 }
 RESPONSIBLE: frozenset[Phase] = frozenset(
-    {Phase.accepted, Phase.materialized, Phase.offloaded, Phase.restoring}
+    {Phase.accepted, Phase.materialized, Phase.offloaded, Phase.restoring, Phase.restoring_in_place}
 )
 """Phases in which the runtime holds the claim's predicate."""
 RESERVING: frozenset[Phase] = frozenset(
     {Phase.accepted, Phase.materialized, Phase.breached, Phase.restoring, Phase.checkpoint_mismatch}
+    | IN_PLACE
 )
 """Phases in which a preserving claim reserves its footprint in the device pool (an offloaded
 claim's blocks are in another tier until it is restored): the bound of a proof's protected term."""
@@ -771,7 +781,10 @@ class SystemState:
                 "a satisfied reuse for the same request",
                 request_id,
             )
+        resuming = claim.phase is Phase.materialized
         self._advance(claim, Event.require_restore)
+        if resuming and claim.phase is Phase.restoring_in_place:
+            claim.kv_restored = False  # an in-place resume names its KV key anew too
         request = self._request_step(request_id, RequestEvent.reuse, request)
         if claim.pending is _NONE:
             claim.pending = {}
@@ -822,12 +835,19 @@ class SystemState:
             return  # the KV side is back; the pending restoration resolves on the checkpoint
         self._resolve_restore(claim, request_id, "restored")
 
-    def _resolve_restore(self, claim: ClaimRecord, request_id: str, what: str) -> None:
+    def _resolve_restore(
+        self, claim: ClaimRecord, request_id: str, what: str, *, in_place: bool = False
+    ) -> None:
         required_at = self._take_pending(claim, request_id, what)
         request = self.requests.get(request_id)
         if request is not None:
             request.note("restored", claim.claim_id, self._at)
-        self._restore_witness[f"{claim.claim_id}\0{request_id}"] = (claim.offload_at, required_at, self._at)
+        if not in_place:  # the witness is of an offloaded claim restored before reuse
+            self._restore_witness[f"{claim.claim_id}\0{request_id}"] = (
+                claim.offload_at,
+                required_at,
+                self._at,
+            )
 
     def _restoration_failed(self, ev: Any) -> None:
         claim = self._claim(ev.claim_id)
@@ -853,7 +873,9 @@ class SystemState:
     def _checkpoint_restored(self, ev: Any) -> None:
         claim = self._claim(ev.claim_id)
         recorded = claim.checkpoint
-        if claim.phase is Phase.restoring and not claim.kv_restored:
+        restoring = claim.phase in (Phase.restoring, Phase.restoring_in_place)
+        in_place = claim.phase is Phase.restoring_in_place
+        if restoring and not claim.kv_restored:
             self._claim_fail(
                 claim,
                 R.hybrid_two_key,
@@ -864,12 +886,12 @@ class SystemState:
             recorded is not None
             and ev.boundary == recorded.boundary
             and ev.value_hash == recorded.value_hash
-            and claim.phase is Phase.restoring
+            and restoring
         )
         self._advance(claim, Event.restore_checkpoint_match if match else Event.restore_checkpoint_mismatch)
         if match:
             for request_id in list(claim.pending):
-                self._resolve_restore(claim, request_id, "checkpoint_restored")
+                self._resolve_restore(claim, request_id, "checkpoint_restored", in_place=in_place)
 
     def _confirm_restore(self, claim: ClaimRecord, request_id: str) -> None:
         """A satisfied reuse after a restore counts only if the restore was confirmed: the

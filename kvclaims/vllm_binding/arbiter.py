@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,6 +62,7 @@ from kvclaims.spec.trace import (
     ResidentClaimMaterialized,
     ResidentClaimRejected,
     ResidentClaimReleased,
+    ResidentClaimRestorationFailed,
     ResidentClaimSubmitted,
     TraceHeader,
     _Event,
@@ -71,9 +73,11 @@ from kvclaims.statemachine.lifecycle import SATISFIABLE, SETTLED, Event, Phase
 from kvclaims.statemachine.requests import RequestEvent, RequestPhase
 from kvclaims.vllm_binding import shutdown
 from kvclaims.vllm_binding.capacity import CapacityProof, peak_live_blocks
-from kvclaims.vllm_binding.config import SUPPORTED_MODES, BindingConfig
+from kvclaims.vllm_binding.config import DP_RANK_PLACEHOLDER, SUPPORTED_MODES, BindingConfig
+from kvclaims.vllm_binding.continuum import ContinuumJobs, JobKeyProblem, JobTurn, parse_job_keys
 from kvclaims.vllm_binding.hybrid import HybridCheckpoints, HybridLayout, hybrid_layout
 from kvclaims.vllm_binding.metadata import (
+    NOTE_PREFIX,
     ClaimOp,
     ClaimRequest,
     MetadataRejection,
@@ -83,7 +87,7 @@ from kvclaims.vllm_binding.metadata import (
     shown,
 )
 from kvclaims.vllm_binding.offload import ClaimOffload
-from kvclaims.vllm_binding.registry import PINNED_MODES, ClaimRecord, ClaimRegistry, agreement
+from kvclaims.vllm_binding.registry import PINNED_MODES, UNATTRIBUTED, ClaimRecord, ClaimRegistry, agreement
 from kvclaims.vllm_binding.telemetry import EventSink, NullSink, TraceSink
 
 logger = logging.getLogger(__name__)
@@ -96,14 +100,10 @@ stop_reason visible, and is what a refusal is: the engine did not serve the requ
 
 _MAX_NAMED_IN_STOP_REASON = 8
 
+_NS_PER_MS = 1_000_000
+
 PINNED_SWEEP_STEPS = 32
 """Pinned blocks are re-verified at least this often even without a known hash-stripping path."""
-
-
-NOTE_PREFIX = "kvclaims:"
-"""Stop reasons the binding writes start with this: `kvclaims:refused:...`,
-`kvclaims:claim_<accepted|attached|released|demoted>:<claim id>` and
-`kvclaims:claim_rejected:<claim id or ->:<reason>`."""
 
 
 def trace_request_id(request_id: str) -> str:
@@ -146,7 +146,14 @@ def _hashing_problem(scheduler: Any) -> str | None:
     return None
 
 
-_SETTLE_EVENT = {Event.demote: ResidentClaimDemoted, Event.expire: ResidentClaimExpired}
+_NORMAL_FINISH = frozenset({RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED})
+"""Finishes after which a Continuum turn is pinned (never an abort, refusal or error)."""
+
+_SETTLE_EVENT = {
+    Event.demote: ResidentClaimDemoted,
+    Event.expire: ResidentClaimExpired,
+    Event.fail_restoration_demotion: ResidentClaimRestorationFailed,
+}
 
 
 @dataclass(eq=False, slots=True)
@@ -168,6 +175,12 @@ class RequestBook:
     """Offloaded claims this request loads back (their blocks become its blocks)."""
     claim_note: str | None = None
     """What happened to the request's claim operation, for the caller (`NOTE_PREFIX`)."""
+    turn: JobTurn | None = None
+    """The request's agent-job turn (Continuum compatibility mode only)."""
+
+    @property
+    def job(self) -> str | None:
+        return None if self.turn is None else self.turn.job_id
 
     @property
     def feeds(self) -> list[str]:
@@ -210,9 +223,15 @@ class ClaimArbiter:
             owner_protected_fraction=config.owner_protected_fraction,
             max_claims=config.max_claims,
             max_decided_claim_ids=config.max_decided_claim_ids,
+            max_claims_per_owner=config.max_claims_per_owner,
+            max_decided_claim_ids_per_owner=config.max_decided_claim_ids_per_owner,
         )
         self.ledger = self.registry.ledger
         self.step = 0
+        self.clock: Callable[[], int] = time.time_ns
+        """The wall clock (ns) that stamps `t_ns` and times `duration_ms` claims; lanes with a
+        virtual clock replace it. Read through `now_ns`, which never runs backwards."""
+        self._last_ns = 0
         self._books: dict[str, RequestBook] = {}
         self._claim_notes: dict[str, str] = {}
         """Claim notes of requests that finished this step, by vLLM request id."""
@@ -230,6 +249,8 @@ class ClaimArbiter:
         self.sink: EventSink = self._open_sink()
         if self.sink.enabled:
             shutdown.on_engine_stop(self.stop_when_idle)
+        self.continuum = ContinuumJobs(config.continuum) if config.continuum is not None else None
+        """Continuum compatibility: job keys kept as pin claims; None when off."""
         self.offload: ClaimOffload | None = ClaimOffload.attach(self, scheduler)
         """The CPU-tier side (offload, restore, restoration failures); None without the
         binding's connector."""
@@ -249,14 +270,23 @@ class ClaimArbiter:
             usable_blocks=self.usable_blocks,
             block_size=self.block_size,
             cache_identity=self.cache_identity(""),
+            engine_id=None
+            if self.config.engine_id is None
+            else self.config.engine_id.replace(DP_RANK_PLACEHOLDER, str(rank)),
         )
-        sink = TraceSink.open(path.replace("{dp_rank}", str(rank)), header)
+        sink = TraceSink.open(path.replace(DP_RANK_PLACEHOLDER, str(rank)), header)
         shutdown.guard(sink)
         return sink
 
+    def now_ns(self) -> int:
+        """The clock now, never earlier than a time already stamped or armed (a wall clock
+        stepped back must not make an expiry look early)."""
+        self._last_ns = max(self._last_ns, self.clock())
+        return self._last_ns
+
     def _emit(self, event_type: type[_Event], **fields: Any) -> None:
         if self.sink.enabled:
-            self.sink.emit(event_type, engine_step=self.step, **fields)
+            self.sink.emit(event_type, engine_step=self.step, t_ns=self.now_ns(), **fields)
 
     emit = _emit
     """Emit one trace event at the current engine step (for the arbiter's helpers)."""
@@ -355,17 +385,19 @@ class ClaimArbiter:
         book = RequestBook(trace_id=self._lifetime_id(request.request_id))
         self._books[request.request_id] = book
         params = request.sampling_params
-        parsed = parse_claim_metadata(
-            None if params is None else params.extra_args, typed=self.config.typed_metadata
-        )
+        extra_args = None if params is None else params.extra_args
+        parsed = parse_claim_metadata(extra_args, typed=self.config.typed_metadata)
+        if self.continuum is not None:
+            self._join_job(request, parse_job_keys(extra_args), book, claim_op=parsed is not None)
         if parsed is None:
             return
         if isinstance(parsed, MetadataRejection):
-            self._reject(parsed.claim_id, parsed.reason, book, spend=True)
+            self._reject(parsed.claim_id, parsed.reason, book, charge=UNATTRIBUTED)
             return
         owner = owner_of(parsed, default_owner=self.config.default_owner, hmac_key=self.config.owner_hmac_key)
         if isinstance(owner, MetadataRejection):
-            self._reject(parsed.claim_id, owner.reason, book, spend=parsed.op is ClaimOp.submit)
+            charge = UNATTRIBUTED if parsed.op is ClaimOp.submit else None
+            self._reject(parsed.claim_id, owner.reason, book, charge=charge)
             return
         if parsed.op is ClaimOp.submit:
             self._submit(request, parsed, owner, book)
@@ -373,6 +405,53 @@ class ClaimArbiter:
             self._attach(request, parsed, owner, book)
         else:
             self._owner_settles(parsed, owner, book)
+
+    def _join_job(
+        self, request: Request, turn: JobTurn | JobKeyProblem | None, book: RequestBook, *, claim_op: bool
+    ) -> None:
+        """Continuum mode: note the request's job turn and attach it to its job's live pin (its
+        prefix hit is then reported as a reuse of the pin)."""
+        if turn is None:
+            return
+        if isinstance(turn, JobKeyProblem):
+            self._reject(None, turn.reason, book, spend=False)
+            return
+        if claim_op:
+            self._reject(
+                None,
+                "a request with Continuum job keys takes no kvclaims_* claim operation",
+                book,
+                spend=False,
+            )
+            return
+        book.turn = turn
+        assert self.continuum is not None
+        pin = self.continuum.pin_of(turn.job_id, self.registry.claims)
+        if pin is not None:
+            record = self.registry.claims[pin]
+            book.attached = pin
+            record.feeders.add(request.request_id)
+
+    def _pin_turn(self, request: Request, book: RequestBook) -> None:
+        """Continuum mode, a request of a job is finishing: the job's previous pin is released
+        (superseded) and a non-last turn that finished normally submits the next one while its
+        blocks are still held."""
+        assert self.continuum is not None and book.turn is not None
+        job = book.turn.job_id
+        previous = self.continuum.pin_of(job, self.registry.claims)
+        if previous is not None:
+            self._release(
+                self.registry.claims[previous], f"superseded: request {book.trace_id} of its job finished"
+            )
+            book.claim_note = book.claim_note or f"{NOTE_PREFIX}claim_released:{previous}"
+        footprint = request.num_prompt_tokens // self.block_size
+        if book.turn.last_step or request.status not in _NORMAL_FINISH or footprint == 0:
+            return
+        op = self.continuum.pin_request(book.turn, footprint)
+        assert op.owner is not None
+        self._submit(request, op, op.owner, book)
+        if op.claim_id in self.registry.claims:
+            self.continuum.pinned(job, op.claim_id)
 
     def _lifetime_id(self, request_id: str) -> str:
         """The trace id of this lifetime of `request_id`. vLLM lets a finished request's id be
@@ -389,17 +468,23 @@ class ClaimArbiter:
         self._traced_ids.add(candidate)
         return candidate
 
-    def _reject(self, claim_id: str | None, reason: str, book: RequestBook, *, spend: bool) -> None:
+    def _reject(self, claim_id: str | None, reason: str, book: RequestBook, *, charge: str | None) -> None:
         """Refuse a claim operation; the request is served as an ordinary one.
 
         A new, well-formed claim id of a submission is spent by the rejection (ids are decided
-        once). Operations that cannot be reported under their own id (a malformed id, an id
-        already decided, an operation on an existing claim) get a fresh `rejected-N` handle,
+        once), charged to the owner `charge` while that owner's id quota lasts. Operations that
+        cannot be reported under their own id (a malformed id, an id already decided, an
+        operation on an existing claim, an exhausted quota) get a fresh `rejected-N` handle,
         with the named id (bounded) in the reason.
         """
         book.claim_note = f"{NOTE_PREFIX}claim_rejected:{claim_id or '-'}:{reason}"
-        if spend and claim_id is not None and not self.registry.is_decided(claim_id):
-            self.registry.decide(claim_id)
+        if (
+            charge is not None
+            and claim_id is not None
+            and not self.registry.is_decided(claim_id)
+            and self.registry.spend_problem(charge) is None
+        ):
+            self.registry.decide(claim_id, charge)
             subject = claim_id
         else:
             self._rejection_handles += 1
@@ -410,8 +495,17 @@ class ClaimArbiter:
         self._emit(ResidentClaimRejected, claim_id=subject, reason=reason, request_id=book.trace_id)
 
     def _submit(self, request: Request, op: ClaimRequest, owner: str, book: RequestBook) -> None:
+        if self.config.owner_scoped_claim_ids and not op.claim_id.startswith(f"{owner}:"):
+            self._reject(
+                op.claim_id, f"claim id must begin with {shown(owner + ':')} (its owner)", book, charge=None
+            )
+            return
         if self.registry.is_decided(op.claim_id):
-            self._reject(op.claim_id, "claim id already decided (ids are single-use)", book, spend=False)
+            self._reject(op.claim_id, "claim id already decided (ids are single-use)", book, charge=None)
+            return
+        quota = self.registry.spend_problem(owner)
+        if quota is not None:
+            self._reject(op.claim_id, quota, book, charge=None)
             return
         problem = self._submission_problem(request, op)
         claim = None
@@ -421,7 +515,7 @@ class ClaimArbiter:
             if isinstance(claim, MetadataRejection):
                 problem, claim = claim.reason, None
         if claim is None:
-            self._reject(op.claim_id, problem or "invalid claim", book, spend=True)
+            self._reject(op.claim_id, problem or "invalid claim", book, charge=owner)
             return
         predicate = claim.materialization_predicate
         footprint = claim.footprint_blocks
@@ -434,6 +528,8 @@ class ClaimArbiter:
             "footprint_blocks": footprint,
             "predicate": predicate,
             "duration_steps": claim.duration_steps,
+            "duration_ms": claim.duration_ms,
+            "refresh_on_hit": claim.refresh_on_hit,
         }
         self._emit(ResidentClaimSubmitted, request_id=book.trace_id, **terms)
         if footprint > full_prompt_blocks:
@@ -442,7 +538,7 @@ class ClaimArbiter:
                 f"footprint of {footprint} blocks exceeds the request's "
                 f"{full_prompt_blocks} full prompt blocks",
                 book,
-                spend=True,
+                charge=owner,
             )
             return
         hashes = tuple(request.block_hashes[:footprint])
@@ -451,7 +547,7 @@ class ClaimArbiter:
             self._feasibility_problem(request, hashes) if pinned else None
         )
         if problem is not None:
-            self._reject(claim.claim_id, problem, book, spend=True)
+            self._reject(claim.claim_id, problem, book, charge=owner)
             return
         record = ClaimRecord(
             claim=claim,
@@ -466,14 +562,15 @@ class ClaimArbiter:
         self._materializing.add(record)
         if record.offloadable and self.offload is not None:
             self.offload.hold(record)
-        if record.claim.duration_steps is not None:
-            self.ledger.expire_at(record, step=record.accepted_step + record.claim.duration_steps)
         self._emit(ResidentClaimAccepted, request_id=book.trace_id, **terms)
+        self._arm_expiry(record)
         book.claim_note = f"{NOTE_PREFIX}claim_accepted:{record.claim_id}"
 
     def _submission_problem(self, request: Request, op: ClaimRequest) -> str | None:
         if self.unsupported is not None:
             return f"claims are not supported on this engine: {self.unsupported}"
+        if self.sink.failure is not None:
+            return f"the claim trace is unwritable ({self.sink.failure}): no new claims"
         assert op.mode is not None
         if op.mode not in SUPPORTED_MODES:
             return f"mode {op.mode} is not supported by this binding"
@@ -527,9 +624,9 @@ class ClaimArbiter:
     def _attach(self, request: Request, op: ClaimRequest, owner: str, book: RequestBook) -> None:
         record = self.registry.claims.get(op.claim_id)
         if record is None:
-            self._reject(op.claim_id, "attach: no such live claim", book, spend=False)
+            self._reject(op.claim_id, "attach: no such live claim", book, charge=None)
         elif record.owner != owner:
-            self._reject(op.claim_id, "attach: the claim belongs to another owner", book, spend=False)
+            self._reject(op.claim_id, "attach: the claim belongs to another owner", book, charge=None)
         else:
             book.attached = record.claim_id
             book.claim_note = f"{NOTE_PREFIX}claim_attached:{record.claim_id}"
@@ -540,9 +637,9 @@ class ClaimArbiter:
     def _owner_settles(self, op: ClaimRequest, owner: str, book: RequestBook) -> None:
         record = self.registry.claims.get(op.claim_id)
         if record is None:
-            self._reject(op.claim_id, f"{op.op}: no such live claim", book, spend=False)
+            self._reject(op.claim_id, f"{op.op}: no such live claim", book, charge=None)
         elif record.owner != owner:
-            self._reject(op.claim_id, f"{op.op}: the claim belongs to another owner", book, spend=False)
+            self._reject(op.claim_id, f"{op.op}: the claim belongs to another owner", book, charge=None)
         elif op.op is ClaimOp.release:
             self._release(record, f"released by its owner (request {book.trace_id})")
             book.claim_note = f"{NOTE_PREFIX}claim_released:{record.claim_id}"
@@ -550,7 +647,7 @@ class ClaimArbiter:
             self._settle(record, Event.demote, f"demoted by its owner (request {book.trace_id})")
             book.claim_note = f"{NOTE_PREFIX}claim_demoted:{record.claim_id}"
         else:
-            self._reject(op.claim_id, f"demote: the claim is already {record.state}", book, spend=False)
+            self._reject(op.claim_id, f"demote: the claim is already {record.state}", book, charge=None)
 
     # -- claim state changes ---------------------------------------------------------------
 
@@ -566,14 +663,14 @@ class ClaimArbiter:
         if record.offloadable and self.offload is not None:
             self.offload.release(record)
 
-    def _settle(self, record: ClaimRecord, event: Event, reason: str) -> None:
-        """Demote or expire (`event`): responsibility ends before any loss; blocks stay
-        watched, and a claim with none left is released."""
+    def _settle(self, record: ClaimRecord, event: Event, reason: str, **fields: Any) -> None:
+        """Demote or expire (`event`, reported with `fields`): responsibility ends before any
+        loss; blocks stay watched, and a claim with none left is released."""
         self.ledger.check(record, event)
         self._unpin_all(record)
         self.ledger.advance(record, event)
         self._materializing.discard(record)
-        self._emit(_SETTLE_EVENT[event], claim_id=record.claim_id, reason=reason)
+        self._emit(_SETTLE_EVENT[event], claim_id=record.claim_id, reason=reason, **fields)
         if not record.held_count:
             self._release(record, f"nothing left to watch after {record.phase}")
 
@@ -593,10 +690,31 @@ class ClaimArbiter:
                 book.attached = None
         self._emit(ResidentClaimReleased, claim_id=record.claim_id, reason=reason)
 
+    def _arm_expiry(self, record: ClaimRecord) -> None:
+        """(Re-)arm a claim's deadline from now (after the event that starts its clock was
+        stamped, so the deadline is never earlier than the trace's clock start): at acceptance,
+        and on a satisfied reuse of a `refresh_on_hit` claim."""
+        claim = record.claim
+        if claim.duration_steps is not None:
+            self.ledger.expire_at(record, step=self.step + claim.duration_steps)
+        if claim.duration_ms is not None:
+            self.ledger.expire_at(record, ms=self.now_ns() / _NS_PER_MS + claim.duration_ms)
+
     def _expire_due(self) -> None:
-        for record in self.ledger.due(self.step):
-            duration = record.claim.duration_steps  # type: ignore[attr-defined]
-            self._settle(record, Event.expire, f"duration of {duration} steps ended")  # type: ignore[arg-type]
+        now_ms = self.now_ns() / _NS_PER_MS
+        due = self.ledger.due(self.step, now_ms)
+        waiting_jobs = {
+            b.job for b in self._books.values() if b.job is not None and b.phase is not RequestPhase.admitted
+        }
+        for record in due:
+            if self.continuum is not None and self.continuum.job_of(record) in waiting_jobs:
+                # Continuum keeps a pin while its job's next request waits (seed 003): the
+                # duration is a minimum, so holding on is within the claim's terms.
+                self.ledger.expire_at(record, ms=now_ms)
+                continue
+            claim = record.claim  # type: ignore[attr-defined]
+            ended = f"{claim.duration_steps} steps" if claim.duration_steps else f"{claim.duration_ms} ms"
+            self._settle(record, Event.expire, f"duration of {ended} ended")  # type: ignore[arg-type]
 
     # -- materialization and loss ----------------------------------------------------------
 
@@ -621,6 +739,8 @@ class ClaimArbiter:
             stored.append(position)
         if stored and record.protected:
             self.registry.pins_changed()
+        if stored:
+            self._report_reuse_of({record.slots[position].block_id for position in stored}, record)
         for position in stored:
             self._emit(
                 BlockStored,
@@ -646,6 +766,20 @@ class ClaimArbiter:
             )
         if leading >= len(record.slots):
             self._materializing.discard(record)
+
+    def _report_reuse_of(self, block_ids: set[int], holder: ClaimRecord) -> None:
+        """Before blocks are reported stored for `holder`: another claim may still hold one of
+        them under the key it had before vLLM evicted and reused it (a feeder finishing inside
+        vLLM's `update_from_output` stores before the step's loss check). That loss is reported
+        first: a block is its id and its content."""
+        others = [
+            record
+            for record in self.registry.with_blocks()
+            if record is not holder
+            and any(slot is not None and slot.block_id in block_ids for slot in record.slots)
+        ]
+        if others:
+            self._check_records(others)
 
     def _request_blocks(self, request_id: str) -> list[Any]:
         managers = self._s.kv_cache_manager.coordinator.single_type_managers
@@ -674,9 +808,7 @@ class ClaimArbiter:
         """
         pinned = pinned or self._pins_suspect or self.step % PINNED_SWEEP_STEPS == 0
         self._pins_suspect = False
-        for record in self.registry.with_blocks():
-            if pinned or not record.protected:
-                self._check_record(record)
+        self._check_records([r for r in self.registry.with_blocks() if pinned or not r.protected])
 
     def check_claim(self, record: ClaimRecord) -> None:
         """Report now any block the claim lost (e.g. before a restoration is reported)."""
@@ -688,30 +820,42 @@ class ClaimArbiter:
         block). An illegal demotion raises `IllegalTransition` before anything changes."""
         self._settle(record, Event.demote, reason)
 
+    def fail_restoration(self, record: ClaimRecord, trace_id: str, reason: str) -> None:
+        """A restore of the claim for request `trace_id` failed: its outcome is demotion
+        (`resident_claim_restoration_failed`, reported before any loss), which ends its
+        responsibility as `demote` does. An illegal one raises `IllegalTransition` first."""
+        self._settle(record, Event.fail_restoration_demotion, reason, request_id=trace_id, outcome="demotion")
+
     def watch_materialization(self, record: ClaimRecord) -> None:
         """Hold the claim's blocks again as its feeders compute or load them."""
         self._materializing.add(record)
 
     def _check_record(self, record: ClaimRecord) -> None:
-        keys = record.keys
-        lost = [
-            (position, block)
-            for position, block in enumerate(record.slots)
-            if block is not None and block._block_hash != keys[position]
-        ]
-        if lost:
+        if _lost(record):  # the lost block may be shared: every claim holding one is checked
+            self._check_records(self.registry.with_blocks())
+
+    def _check_records(self, records: list[ClaimRecord]) -> None:
+        """Report the losses of `records`: first every offload they cause, then the removals
+        and what follows. A block several claims hold is removed for all of them at its first
+        `block_removed`, so an offloadable claim's offload must precede every claim's removal."""
+        losses = [(record, lost) for record in records if (lost := _lost(record))]
+        for record, lost in losses:
+            self._offload_before_loss(record, lost)
+        for record, lost in losses:
             self._on_loss(record, lost)
 
-    def _on_loss(self, record: ClaimRecord, lost: list[tuple[int, Any]]) -> None:
-        pinned = record.protected
-        if pinned:
-            self.registry.pins_changed()
+    def _offload_before_loss(self, record: ClaimRecord, lost: list[tuple[int, Any]]) -> None:
         if record.offloadable and record.phase is Phase.materialized and self.offload is not None:
             leading_after = min(record.leading_blocks, min(position for position, _ in lost))
             if leading_after < record.required_blocks:
                 # Offloaded, not harmed, iff the host copy already holds the whole predicate;
                 # reported before the removals that break the predicate on the device.
                 self.offload.offload_if_restorable(record)
+
+    def _on_loss(self, record: ClaimRecord, lost: list[tuple[int, Any]]) -> None:
+        pinned = record.protected
+        if pinned:
+            self.registry.pins_changed()
         for position, block in lost:
             if pinned:
                 self._pool.free_blocks([block])
@@ -1003,6 +1147,8 @@ class ClaimArbiter:
         )
         self.ledger.advance(record, Event.reuse_satisfied if satisfied else Event.reuse_unsatisfied)
         book.step(RequestEvent.reuse)
+        if satisfied and record.claim.refresh_on_hit:
+            self._arm_expiry(record)
 
     # -- after a model step; finishing requests; resets -------------------------------------
 
@@ -1046,6 +1192,8 @@ class ClaimArbiter:
         book = self._books.pop(request.request_id, None)
         if book is None:
             return
+        if book.turn is not None:
+            self._pin_turn(request, book)
         if book.claim_note is not None:
             self._claim_notes[request.request_id] = book.claim_note
         self._deferred.discard(request.request_id)
@@ -1113,6 +1261,16 @@ class ClaimArbiter:
     def deferred_request_ids(self) -> frozenset[str]:
         """Requests held back by a deferral now (changes nothing)."""
         return frozenset(self._deferred)
+
+
+def _lost(record: ClaimRecord) -> list[tuple[int, Any]]:
+    """The claim's held blocks that no longer carry its cache key, by position."""
+    keys = record.keys
+    return [
+        (position, block)
+        for position, block in enumerate(record.slots)
+        if block is not None and block._block_hash != keys[position]
+    ]
 
 
 def _vllm_version() -> str:

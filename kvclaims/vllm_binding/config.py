@@ -82,6 +82,26 @@ class OffloadSettings(SpecModel):
         }
 
 
+class ContinuumSettings(SpecModel):
+    """Continuum compatibility (`kvclaims.vllm_binding.continuum`): seed 003's `job_id` /
+    `is_last_step` request keys become TTL pin claims. Invariant: the pin mode is one whose
+    conflict action keeps Continuum's behaviour (demotable: pins are dropped, reported, to
+    admit work; expiring: work waits, attributed, until pins lapse)."""
+
+    pin_ms: PositiveInt = 2000
+    """How long a finished non-last turn's blocks are kept at least (Continuum's fixed
+    2.0 s, seed 003 10.3 step 4)."""
+    mode: ProtectionMode = ProtectionMode.demotable
+    refresh_on_hit: StrictBool = False
+    """Whether a satisfied reuse of a pin restarts its clock (Continuum: no)."""
+
+    @model_validator(mode="after")
+    def _pin_mode(self) -> ContinuumSettings:
+        if self.mode not in (ProtectionMode.demotable, ProtectionMode.expiring):
+            raise ValueError(f"continuum.mode must be demotable or expiring, got {self.mode}")
+        return self
+
+
 _DEFAULT_ACTIONS: dict[ProtectionMode, ConflictAction] = {
     ProtectionMode.hard_protected: ConflictAction.refuse,
     ProtectionMode.demotable: ConflictAction.demote,
@@ -112,6 +132,10 @@ class BindingConfig(SpecModel):
     `{dp_rank}` placeholder is replaced by the engine's data-parallel rank; without one, the
     engine of rank N > 0 writes `<stem>.dpN<suffix>` (`trace_template`)."""
     trace_source: Identifier | None = None
+    engine_id: Identifier | None = None
+    """The engine's name in a fleet, written into its trace header (`engine_id`) so that
+    `kvclaims check --fleet` can join routing events to the engine's stream; a `{dp_rank}`
+    placeholder is replaced by the engine's data-parallel rank."""
     protected_fraction: Fraction = 0.5
     """Cap on distinct protected blocks, as a fraction of the usable pool."""
     owner_protected_fraction: Fraction = 0.5
@@ -128,6 +152,17 @@ class BindingConfig(SpecModel):
     """Claims held at once (any state but released / harmed)."""
     max_decided_claim_ids: PositiveInt = 1_000_000
     """Claim ids are single-use; beyond this many decided ids new claims are rejected."""
+    owner_scoped_claim_ids: StrictBool = False
+    """Require every submitted claim id to begin with `<owner>:`. Ids are one global, single-use
+    namespace; without this, one owner can spend ("squat") an id another owner will submit
+    later. With trusted owners (`owner_hmac_key` or a front end), this makes owners'
+    outcomes independent of each other's ids."""
+    max_claims_per_owner: PositiveInt = 1024
+    """Claims one owner holds at once: one owner cannot take every slot of `max_claims`."""
+    max_decided_claim_ids_per_owner: PositiveInt = 100_000
+    """Claim ids one owner may spend (accepted or rejected); past it that owner's new claims are
+    rejected and its further ids are not recorded, so a flood of ids costs only its own quota.
+    Operations whose owner cannot be established share one quota of this size."""
     max_restore_attempts: PositiveInt = 3
     """Under `kv_load_failure_policy=recompute`, a claim's restoration for one request that
     failed this many times ends in its claim-scoped outcome (a refusal) instead of being
@@ -148,6 +183,9 @@ class BindingConfig(SpecModel):
     restored state has another value hash as a satisfied reuse. Never set this when serving."""
     offload: OffloadSettings | None = None
     """Run the binding's offload connector (needed for offloadable claims)."""
+    continuum: ContinuumSettings | None = None
+    """Keep seed 003's `job_id` / `is_last_step` request keys as TTL pin claims (off when
+    absent: the keys are then ignored, as stock vLLM ignores them)."""
     checkpoints: StrictBool = False
     """Run the binding's checkpoint connector (hybrid models: needed for hybrid_two_key
     claims, the only claims such a model takes)."""
@@ -164,6 +202,11 @@ class BindingConfig(SpecModel):
             raise ValueError("checkpoints and offload each need vLLM's one KV connector; choose one")
         if self.owner_hmac_key is not None and len(self.owner_hmac_key) < 16:
             raise ValueError("owner_hmac_key must be at least 16 characters")
+        if self.owner_hmac_key is not None and self.continuum is not None:
+            raise ValueError(
+                "continuum: Continuum's job keys carry no owner authentication; it cannot run "
+                "on an engine that requires owner tokens (owner_hmac_key)"
+            )
         return self
 
     def trace_template(self, dp_rank: int) -> str | None:

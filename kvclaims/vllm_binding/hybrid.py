@@ -12,22 +12,24 @@ Semantics of an accepted `hybrid_two_key(B)` claim:
   every tensor's ABI metadata) is recorded in `resident_claim_materialized`; its value hash is
   kept here, apart from anything the workers hold. A preserving claim also pins that state
   block, so the state its next reuse restores stays in the pool.
-- **Resume**: a request attached to the claim whose prefix hit is exactly B blocks gets the
-  state copied from the boundary block into its live slot by vLLM. The worker takes the
-  checkpoint of that post-restore view before the forward; the request's `request_reused` is
-  reported when it arrives (before vLLM applies the step), with the restored checkpoint.
-  Equal value hash (and boundary): a satisfied reuse. Anything else (another value hash, an
-  unknown layout, no checkpoint) fails closed *before the request proceeds*: the reuse is
-  unsatisfied, the claim is demoted (the runtime can no longer vouch for that state: a
-  payload that kept its bytes proves nothing), and the request is finished now
+- **Resume** (an in-place restore, seed 002: payload -> scratch -> live slot -> post-restore
+  view, meeting the KV key at B): a request attached to the claim whose prefix hit is exactly
+  B blocks gets the state copied from the boundary block into its live slot by vLLM. The
+  worker takes the checkpoint of that post-restore view before the forward; when it arrives
+  (before vLLM applies the step) the claim gets `resident_claim_restore_required`, then
+  `resident_claim_restored` (the KV key: its B blocks in the device tier) and
+  `resident_claim_checkpoint_restored` with the restored checkpoint (absent for an unknown
+  layout), and only then is the state compared. Equal value hash (and boundary): the claim is
+  materialized again and the reuse satisfied. Anything else (another value hash, an unknown
+  layout, no checkpoint) fails closed *before the request proceeds*:
+  `resident_claim_restoration_failed` with outcome demotion (the runtime can no longer vouch
+  for that state: a payload that kept its bytes proves nothing, and an in-place claim has no
+  other tier to refuse back to), an unsatisfied reuse, and the request finished now
   (finish_reason abort, stop_reason `kvclaims:refused:checkpoint_mismatch:<claim>`), so the
   token its step sampled from the wrong state never leaves the engine.
 
-The trace model offers `resident_claim_restoration_failed` only after an offload and a
-`restore_required` (a proved lifecycle obligation); an in-place resume from the device tier
-has neither, so its failure is reported as above, not as a restoration failure.
-`BindingConfig.negative_control="silent_resume"` (negative control only) resumes anyway and
-reports the mismatching checkpoint as a satisfied reuse, which refinement rejects.
+`BindingConfig.negative_control="silent_resume"` (negative control only) resumes without the
+restore and reports the mismatching checkpoint as a satisfied reuse, which refinement rejects.
 """
 
 from __future__ import annotations
@@ -37,8 +39,13 @@ from typing import TYPE_CHECKING, Any
 
 from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
 
-from kvclaims.spec.claims import HybridTwoKey
-from kvclaims.spec.trace import Checkpoint
+from kvclaims.spec.trace import (
+    Checkpoint,
+    ResidentClaimCheckpointRestored,
+    ResidentClaimRestored,
+    ResidentClaimRestoreRequired,
+)
+from kvclaims.statemachine.lifecycle import Event, Phase
 from kvclaims.vllm_binding.checkpoint_connector import (
     CaptureJob,
     CheckpointWorkerMetadata,
@@ -160,7 +167,7 @@ class HybridCheckpoints:
     def _wanted_boundaries(self) -> dict[str, set[int]]:
         wanted: dict[str, set[int]] = {}
         for record in self.arbiter.registry.claims.values():
-            if self.two_key(record) and record.claim_id not in self.recorded and record.responsible:
+            if record.profile.two_key and record.claim_id not in self.recorded and record.responsible:
                 for feeder in record.feeders:
                     wanted.setdefault(feeder, set()).add(record.required_blocks)
         return wanted
@@ -183,10 +190,6 @@ class HybridCheckpoints:
         return jobs
 
     # -- the arbiter's hooks ------------------------------------------------------------------
-
-    @staticmethod
-    def two_key(record: ClaimRecord) -> bool:
-        return isinstance(record.claim.materialization_predicate, HybridTwoKey)
 
     def defers_reuse(self, request: Any, hit_blocks: int) -> bool:
         """Whether the reuse report of `request` waits for its worker's resume report."""
@@ -248,6 +251,15 @@ class HybridCheckpoints:
             kept = "unchanged" if report.payload.payload_hash == recorded.payload_hash else "changed"
             problem += f"; the stored payload is {kept} (payload_hash {report.payload.payload_hash})"
         silent = arbiter.config.negative_control == "silent_resume"
+        record = arbiter.registry.claims.get(report.claim_id)
+        if record is not None and not silent:
+            arbiter.check_claim(record)  # a device loss not yet reported comes first
+        if record is not None and record.phase is Phase.materialized and not silent:
+            self._restore_in_place(record, book.trace_id, restored, holds=problem is None)
+            if problem is not None:
+                arbiter.fail_restoration(
+                    record, book.trace_id, f"state identity not established on resume: {problem}"
+                )
         arbiter.report_reuse(
             request, book, resume.hit_blocks, resumed=restored, state_holds=problem is None or silent
         )
@@ -257,6 +269,34 @@ class HybridCheckpoints:
         if record is not None and record.responsible:
             arbiter.demote(record, f"state identity not established on resume by {book.trace_id}: {problem}")
         arbiter.refuse(request, f"{MISMATCH_STOP_PREFIX}:{report.claim_id}")
+
+    def _restore_in_place(
+        self, record: ClaimRecord, trace_id: str, restored: Checkpoint | None, *, holds: bool
+    ) -> None:
+        """Report the resume as the restore it is (materialized -> restoring in place): the
+        KV key's B blocks are in the device tier, then the restored checkpoint (none for an
+        unknown layout) is reported as it `holds` or not; a mismatch leaves the claim owing
+        its failure outcome."""
+        arbiter, ledger = self.arbiter, self.arbiter.ledger
+        ledger.advance(record, Event.require_restore)
+        arbiter.emit(ResidentClaimRestoreRequired, claim_id=record.claim_id, request_id=trace_id)
+        ledger.advance(record, Event.restore)
+        arbiter.emit(
+            ResidentClaimRestored,
+            claim_id=record.claim_id,
+            request_id=trace_id,
+            restored_blocks=record.required_blocks,
+        )
+        if restored is None:
+            return
+        ledger.advance(record, Event.restore_checkpoint_match if holds else Event.restore_checkpoint_mismatch)
+        arbiter.emit(
+            ResidentClaimCheckpointRestored,
+            claim_id=record.claim_id,
+            boundary=restored.boundary,
+            payload_hash=restored.payload_hash,
+            value_hash=restored.value_hash,
+        )
 
     def mismatch(self, claim_id: str, restored: Checkpoint | UnknownLayout) -> str | None:
         """Why a restored state is not the claim's recorded state, or None when it is."""

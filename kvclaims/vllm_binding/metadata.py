@@ -26,6 +26,11 @@ from kvclaims.spec.vocabulary import ProtectionMode
 
 KEY_PREFIX = "kvclaims_"
 
+NOTE_PREFIX = "kvclaims:"
+"""Stop reasons the binding writes start with this: `kvclaims:refused:...`,
+`kvclaims:claim_<accepted|attached|released|demoted>:<claim id>` and
+`kvclaims:claim_rejected:<claim id or ->:<reason>` (what a client reads back)."""
+
 RAW_TYPES_KEY = "kvclaims_raw_types"
 """The marker the HTTP boundary adds after checking the claim fields' raw JSON types (vLLM's
 request model coerces JSON `true` to `1` before the binding sees it)."""
@@ -37,9 +42,13 @@ INTEGER_KEYS: tuple[str, ...] = (
     "kvclaims_predicate_blocks",
     "kvclaims_predicate_tokens",
     "kvclaims_duration_steps",
+    "kvclaims_duration_ms",
     "kvclaims_checkpoint_boundary_blocks",
 )
 """Claim fields that must be JSON integers (never booleans, floats or strings)."""
+
+BOOLEAN_KEYS: tuple[str, ...] = ("kvclaims_refresh_on_hit",)
+"""Claim fields that must be JSON booleans (never 0/1 or strings)."""
 
 STRING_KEYS: tuple[str, ...] = (
     "kvclaims_op",
@@ -81,6 +90,9 @@ KEYS: Mapping[str, str] = MappingProxyType(
         "kvclaims_checkpoint_boundary_blocks": "hybrid_two_key(B): the boundary B in blocks "
         "(hybrid models: KV prefix and recurrent-state checkpoint)",
         "kvclaims_duration_steps": "engine steps after acceptance at which the claim expires",
+        "kvclaims_duration_ms": "milliseconds after acceptance (judged on t_ns) after which the "
+        "claim expires; not together with kvclaims_duration_steps",
+        "kvclaims_refresh_on_hit": "JSON boolean: a satisfied reuse restarts the duration clock",
         "kvclaims_object_id": "the reusable prefix object's id (default: the claim id)",
         "kvclaims_owner": "owner scope (trust: see docs/vllm-binding.md)",
         "kvclaims_owner_token": "hex HMAC-SHA256 of the owner, when the engine requires one",
@@ -98,6 +110,8 @@ _TERM_KEYS = frozenset(
         "kvclaims_predicate_tokens",
         "kvclaims_checkpoint_boundary_blocks",
         "kvclaims_duration_steps",
+        "kvclaims_duration_ms",
+        "kvclaims_refresh_on_hit",
         "kvclaims_object_id",
     }
 )
@@ -117,6 +131,8 @@ class ClaimRequest:
     predicate_tokens: int | None = None
     checkpoint_boundary_blocks: int | None = None
     duration_steps: int | None = None
+    duration_ms: int | None = None
+    refresh_on_hit: bool = False
     object_id: str | None = None
 
 
@@ -157,6 +173,8 @@ def raw_type_problem(xargs: Mapping[str, object]) -> str | None:
             return f"{key} must be a JSON integer, got {_json_type(value)}"
         if key in STRING_KEYS and not isinstance(value, str):
             return f"{key} must be a JSON string, got {_json_type(value)}"
+        if key in BOOLEAN_KEYS and not isinstance(value, bool):
+            return f"{key} must be a JSON boolean, got {_json_type(value)}"
     return None
 
 
@@ -225,6 +243,15 @@ def parse_claim_metadata(
             if not 1 <= value <= MAX_CLAIM_NUMBER:
                 return reject(f"{key} must be in 1..{MAX_CLAIM_NUMBER}, got {shown(value)}")
             fields[key.removeprefix(KEY_PREFIX)] = value
+    for key in BOOLEAN_KEYS:
+        if key in extra_args:
+            value = extra_args[key]
+            # vLLM's request model turns a JSON boolean into 1/0; only the boundary's marker
+            # says the client really sent a boolean.
+            checked = raw_types == RAW_TYPES_OK and type(value) is int and value in (0, 1)
+            if type(value) is not bool and not checked:
+                return reject(f"{key} must be a boolean, got {shown(value)}")
+            fields[key.removeprefix(KEY_PREFIX)] = bool(value)
     if "kvclaims_mode" in extra_args:
         value = extra_args["kvclaims_mode"]
         if not isinstance(value, str) or value not in ProtectionMode.__members__:
@@ -302,6 +329,8 @@ def claim_input(
                 "footprint_blocks": request.footprint_blocks,
                 "protection_mode": request.mode,
                 "duration_steps": request.duration_steps,
+                "duration_ms": request.duration_ms,
+                "refresh_on_hit": request.refresh_on_hit,
             }
         )
     except ValidationError as error:

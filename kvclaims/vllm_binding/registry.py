@@ -9,7 +9,10 @@ blocks are protected, which of a request's leading blocks are shared with protec
 Claims are kept in the registry's `ClaimLedger` (`kvclaims.statemachine.ledger`): their
 phases move only by the model's step, their positions and leading prefix are the ledger's.
 
-Invariants: a claim id is decided at most once (single-use ids); the protected-block index
+Invariants: a claim id is decided at most once (single-use ids); decided ids and held claims
+stay within their global caps and within each owner's quota (so one owner cannot exhaust what
+the others need, and the registry's memory is bounded whatever clients send); the
+protected-block index
 counts exactly the hashes of claims that are `protected` (a pinned mode, responsible),
 globally and per owner; `version` changes whenever that index or a protected
 claim's pins change, so cached feasibility answers expire.
@@ -23,11 +26,16 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvclaims.spec.claims import ResidentClaimInput
+from kvclaims.spec.claims import HybridTwoKey, ResidentClaimInput
 from kvclaims.spec.tables import OFFLOAD_MODES, PRESERVING_MODES
 from kvclaims.spec.vocabulary import ClaimState, ProtectionMode
 from kvclaims.statemachine.ledger import Claim, ClaimLedger
 from kvclaims.statemachine.lifecycle import ClaimProfile
+
+UNATTRIBUTED = ""
+"""The owner charged for ids of claim operations whose owner could not be established
+(malformed metadata, a forged owner token): never a valid owner identifier, so a flood of such
+operations exhausts only its own quota."""
 
 PINNED_MODES: frozenset[ProtectionMode] = PRESERVING_MODES - OFFLOAD_MODES
 """Modes whose blocks are pinned in device memory while responsible. An offloadable claim is
@@ -60,7 +68,7 @@ class ClaimRecord(Claim):
             mode=mode,
             footprint_blocks=len(hashes),
             required_blocks=required_blocks,
-            profile=ClaimProfile.of(mode),
+            profile=ClaimProfile.of(mode, two_key=isinstance(claim.materialization_predicate, HybridTwoKey)),
         )
         self.claim, self.hashes, self.keys = claim, hashes, keys
         self.source_request_id, self.accepted_step = source_request_id, accepted_step
@@ -158,15 +166,21 @@ class ClaimRegistry:
         owner_protected_fraction: float,
         max_claims: int,
         max_decided_claim_ids: int,
+        max_claims_per_owner: int | None = None,
+        max_decided_claim_ids_per_owner: int | None = None,
     ) -> None:
         self.usable_blocks = usable_blocks
         self.protected_cap = math.floor(protected_fraction * usable_blocks)
         self.owner_protected_cap = math.floor(owner_protected_fraction * usable_blocks)
         self.max_claims = max_claims
         self.max_decided_claim_ids = max_decided_claim_ids
+        self.max_claims_per_owner = max_claims_per_owner or max_claims
+        self.max_decided_claim_ids_per_owner = max_decided_claim_ids_per_owner or max_decided_claim_ids
         self.ledger = ClaimLedger()
         self.claims: dict[str, ClaimRecord] = self.ledger.claims  # type: ignore[assignment]
         self._decided: set[str] = set()
+        self._decided_by_owner: Counter[str] = Counter()
+        self._held_by_owner: Counter[str] = Counter()
         self._protected: Counter[Any] = Counter()
         self._owner_protected: dict[str, Counter[Any]] = {}
         self._by_first_hash: dict[Any, list[ClaimRecord]] = {}
@@ -178,17 +192,29 @@ class ClaimRegistry:
         """Whether `claim_id` was already spent (changes nothing)."""
         return claim_id in self._decided
 
-    def decide(self, claim_id: str) -> None:
-        """Spend a claim id: it will never be decided again (DESIGN 4 rule 1)."""
+    def spend_problem(self, owner: str) -> str | None:
+        """Why no further claim id may be spent for `owner` (`UNATTRIBUTED`: an operation whose
+        owner is unknown), or None (changes nothing)."""
+        if len(self._decided) >= self.max_decided_claim_ids:
+            return f"claim registry full: {self.max_decided_claim_ids} claim ids already decided"
+        if self._decided_by_owner[owner] >= self.max_decided_claim_ids_per_owner:
+            quota = self.max_decided_claim_ids_per_owner
+            return f"owner quota: {quota} claim ids already decided for this owner"
+        return None
+
+    def decide(self, claim_id: str, owner: str) -> None:
+        """Spend a claim id for `owner`: it will never be decided again (DESIGN 4 rule 1).
+        Call only when `spend_problem(owner)` is None."""
         self._decided.add(claim_id)
+        self._decided_by_owner[owner] += 1
 
     def admission_problem(self, owner: str, hashes: Sequence[Any], pinned: bool) -> str | None:
         """Why a new claim of `owner` over `hashes` may not be accepted now, or None (`pinned`:
         it would pin its blocks, so the protected-block budgets apply)."""
-        if len(self._decided) >= self.max_decided_claim_ids:
-            return f"claim registry full: {self.max_decided_claim_ids} claim ids already decided"
         if len(self.claims) >= self.max_claims:
             return f"claim registry full: {self.max_claims} claims held"
+        if self._held_by_owner[owner] >= self.max_claims_per_owner:
+            return f"owner quota: {self.max_claims_per_owner} claims held by this owner"
         if not pinned:
             return None
         new = set(hashes)
@@ -216,7 +242,8 @@ class ClaimRegistry:
     def add(self, record: ClaimRecord) -> None:
         """Spend the record's id and enter it into the ledger, submitted then accepted (a
         pinned mode protects); a protected claim's hashes join the protected index."""
-        self.decide(record.claim_id)
+        self.decide(record.claim_id, record.owner)
+        self._held_by_owner[record.owner] += 1
         self.ledger.submit(record)
         self.ledger.accept(record, protects=record.mode in PINNED_MODES)
         if record.hashes:
@@ -227,6 +254,10 @@ class ClaimRegistry:
     def retire(self, record: ClaimRecord) -> None:
         """Forget a released or harmed claim (its id stays spent)."""
         self.unprotect(record)
+        if self.claims.get(record.claim_id) is record:
+            self._held_by_owner[record.owner] -= 1
+            if self._held_by_owner[record.owner] <= 0:
+                del self._held_by_owner[record.owner]
         self.ledger.forget(record)
         siblings = self._by_first_hash.get(record.hashes[0], [])
         if record in siblings:

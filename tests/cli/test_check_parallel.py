@@ -105,3 +105,25 @@ def test_a_bad_registry_is_invalid_input_in_parallel_as_in_sequence(
 def test_jobs_must_be_a_positive_integer(jobs: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert kvclaims_check(".", "--jobs", jobs) == 2
     assert "--jobs" in capsys.readouterr().err
+
+
+RUNTIME_CAPTURES = Path(__file__).parents[2] / "descriptors" / "evidence" / "runtime-kv-events"
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_capture_without_a_registry_is_inconclusive_while_its_neighbours_are_judged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], jobs: str
+) -> None:
+    a_mixed_directory(tmp_path)
+    for capture in ("sglang-0.5.23.kvevents", "trtllm-serializer.jsonl"):
+        (tmp_path / "ok" / capture).write_bytes((RUNTIME_CAPTURES / capture).read_bytes())
+    code = kvclaims_check(str(tmp_path / "ok"), "--jobs", jobs, "--json")
+    printed = capsys.readouterr()
+    assert code == 3 and "Traceback" not in printed.err
+    outcomes = {Path(v["path"]).name: v for v in map(json.loads, printed.out.splitlines())}
+    assert {name: v["outcome"] for name, v in outcomes.items()} == {
+        **{f"accepted-{i}.ndjson": "accepted" for i in range(6)},
+        "sglang-0.5.23.kvevents": "inconclusive",
+        "trtllm-serializer.jsonl": "inconclusive",
+    }
+    assert "needs a claim registry (--registry FILE)" in outcomes["trtllm-serializer.jsonl"]["reason"]

@@ -184,7 +184,7 @@ def test_json_lines_from_lists_lifecycle_matrix_and_schema(
         "written": [str(tmp_path / "m" / n) for n in ("lowering-matrix.md", "lowering-matrix.json")]
     }
     assert main(["schema", "-o", str(tmp_path / "s"), "--json"]) == 0
-    assert len(lines()[0]["written"]) == 3
+    assert len(lines()[0]["written"]) == 4
 
 
 def test_evidence_is_never_exported_from_stdin(tmp_path: Path) -> None:

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from kvclaims.cli.check import trace_files
+
 REPOSITORY = Path(__file__).resolve().parents[2]
 REDUCED = "lowering matrix,schemas,MicroRuntime scenarios,check every trace,pictures"
 
@@ -80,7 +82,18 @@ def test_the_installed_wheel_runs_the_demo_from_an_empty_folder(tmp_path: Path) 
     report = (empty / "out" / "REPORT.md").read_text()
     shipped = len(list((REPOSITORY / "descriptors").glob("*.yaml")))
     assert f"of {shipped} surfaces can keep at least one kind of claim soundly" in report
-    assert "| bundled corpus | 6 | 6 | 0 | 0 | 0 |" in report and "**Yes: all " in report
+    bundled = len(trace_files([REPOSITORY / "descriptors" / "evidence"]))
+    assert f"| bundled corpus | {bundled} | {bundled} | 0 | 0 | 0 |" in report and "**Yes: all " in report
+    checks = json.loads((empty / "out" / "trace-verdicts.json").read_text())
+    captures = {
+        (Path(c["trace"]).name, c["format"], c["outcome"])
+        for c in checks
+        if "runtime-kv-events" in c["trace"]
+    }
+    assert captures == {  # read as their descriptors' anchors say
+        ("sglang-0.5.23.kvevents", "sglang-kv-events", "accepted"),
+        ("trtllm-serializer.jsonl", "trtllm-kv-events", "accepted"),
+    }
     written = {f["path"] for f in json.loads((empty / "out" / "manifest.json").read_text())["files"]}
     assert {"REPORT.md", "lowering-matrix.png", "pictures/capacity-sweep.png"} <= written
     assert sorted(p.name for p in empty.iterdir()) == ["out"]  # nothing written beside it

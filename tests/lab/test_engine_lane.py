@@ -201,6 +201,23 @@ def test_demotion_and_expiry_come_before_any_loss(runs: dict[str, Checked]) -> N
     assert "expired_before_loss" in runs["expire-before-loss"].witnesses
 
 
+def test_continuum_turns_are_served_from_their_pins_and_an_unfollowed_pin_lapses(
+    runs: dict[str, Checked],
+) -> None:
+    """Seed 003 on the engine: the context grows by each turn's real output and a tool result;
+    every non-last turn's pin (its prompt's full blocks) serves the next turn's prefix hit."""
+    n = runs["continuum-agent-turns"].numbers
+    assert n["prompt_tokens"] == [69, 112, 155]  # 2 blocks + 5, then + 4 output + 39 tool tokens
+    assert n["pin_footprints"] == [69 // BLOCK, 112 // BLOCK, 69 // BLOCK]
+    assert n["turn_reuses_satisfied"] == [True, True]
+    for turn in (1, 2):
+        assert n["cached_tokens"][turn] >= n["pin_footprints"][turn - 1] * BLOCK
+    assert any(p.startswith("continuum-pin:other:") and p in n["expired"] for p in n["pins_accepted"])
+    assert min(n["expired_after_ms"]) >= n["pin_ms"]
+    assert n["pinned_blocks_at_end"] == 0 and n["harmed"] == 0
+    assert n["last_turn_stop_reason"] == "kvclaims:claim_released:continuum-pin:agent:2"
+
+
 def test_a_claim_whose_host_copy_never_fit_is_harmed_the_others_are_offloaded(
     runs: dict[str, Checked],
 ) -> None:
@@ -339,3 +356,31 @@ def test_every_engine_seed_case_gives_the_catalogue_numbers(runs: dict[str, Chec
     assert cases
     for case in cases:
         assert mismatches(case, runs[case.scenario(Lane.engine)].numbers["seed_case"]) == {}, case.name
+
+
+def test_an_offload_precedes_the_removal_of_a_block_it_shares_with_another_claim(
+    lane: Any, tmp_path: Path
+) -> None:
+    """Two claims on one prefix, a watched one accepted first and an offloadable one: when
+    pressure evicts the prefix, the offload must be reported before any claim's removal of the
+    shared blocks (a block is removed for every claim at its first `block_removed`). Found by
+    the soak (bench/soak.py): the removals of the first claim came first."""
+    from kvclaims.lab.engine_lane import engine_prompt
+    from kvclaims.lab.engine_scenarios import claim, prefix
+    from kvclaims.lab.scheduler_scenarios import read_events
+    from kvclaims.refinement import check_trace
+
+    trace = tmp_path / "shared.ndjson"
+    tokens = prefix("shared", 4)
+    lane.begin(trace)
+    lane.submit("watched", tokens + engine_prompt("w:tail", 37), claim=claim("claim:W", "best_effort", 4))
+    lane.submit("offloaded", tokens + engine_prompt("o:tail", 37), claim=claim("claim:O", "offloadable", 4))
+    lane.submit("pressure", engine_prompt("pressure", 22 * BLOCK))
+    lane.end()
+    events = read_events(trace)
+    offload = next(e for e in events if e.event == "resident_claim_offloaded")
+    removals = [e for e in events if e.event == "block_removed" and e.claim_id in ("claim:W", "claim:O")]
+    assert offload.claim_id == "claim:O" and removals
+    assert all(offload.seq < e.seq for e in removals)
+    verdict = check_trace(trace)
+    assert verdict.outcome == "accepted", verdict.reason

@@ -21,6 +21,8 @@ from kvclaims.lab.micro_fuzzing import (
     fresh_machine,
     run_machine,
 )
+from kvclaims.microruntime.policies import POLICIES
+from kvclaims.microruntime.runtime import MicroClaim, MicroRuntime
 from kvclaims.microruntime.tracing import write_trace
 from kvclaims.refinement import check_trace
 from kvclaims.spec.vocabulary import ProtectionMode
@@ -160,3 +162,58 @@ def test_the_streamed_check_needs_increasing_seq_known_events_and_owed_outcomes(
         accepted, *stored, {"event": "resident_claim_materialized", "claim_id": "c", "leading_blocks": 2}
     )
     assert clean.finish() is None
+
+
+class EarlyTimedExpiry(MicroRuntime):
+    """Planted bug: a `duration_ms` claim is armed to expire one millisecond early."""
+
+    def _arm_expiry(self, claim: MicroClaim) -> None:
+        super()._arm_expiry(claim)
+        if claim.spec.duration_ms is not None:
+            self.ledger.expire_at(claim, ms=self.now_ns / 1_000_000 + claim.spec.duration_ms - 1)
+
+
+class NeverTimedExpiry(MicroRuntime):
+    """Planted bug: wall-clock durations are never armed (claims outlive their TTL)."""
+
+    def _arm_expiry(self, claim: MicroClaim) -> None:
+        if claim.spec.duration_ms is None:
+            super()._arm_expiry(claim)
+
+
+@pytest.mark.parametrize(
+    ("runtime_class", "found"),
+    [
+        (EarlyTimedExpiry, "emitted_trace_accepted: [duration]"),
+        (NeverTimedExpiry, "timed_claims_expire_on_time"),
+    ],
+)
+def test_ci_profile_finds_planted_wall_clock_bugs(runtime_class: type[MicroRuntime], found: str) -> None:
+    with pytest.raises((InvariantBroken, ExceptionGroup)) as caught:
+        run_machine(fresh_machine(runtime_class=runtime_class), settings(CI, max_examples=200))
+    failures = list(caught.value.exceptions) if isinstance(caught.value, ExceptionGroup) else [caught.value]
+    assert all(str(f).startswith(found) for f in failures), failures
+
+
+def test_ci_profile_holds_under_stock_continuum_ttl_pins() -> None:
+    """Job turns under the stock TTL-pin policy (claims rejected, the runtime pins finished
+    turns itself): every invariant holds and pins lapse."""
+    machine = fresh_machine(policy=POLICIES["continuum_ttl_pin"])
+    coverage = run_machine(machine, settings(CI, max_examples=150))
+    assert coverage.examples >= 150
+
+
+def test_job_turns_keep_continuum_pins_as_timed_claims() -> None:
+    """A job's non-last turn pins its context as a duration_ms claim; the next turn reuses it
+    and releases it; the clock ends an unreused pin."""
+    machine = MicroRuntimeMachine()
+    machine.job_turn(job=0, last=False, pin_ms=100)
+    (pin,) = machine.job_pins.values()
+    machine.job_turn(job=0, last=False, pin_ms=100)
+    assert machine.runtime.claims[pin].phase is Phase.released
+    (second,) = machine.job_pins.values()
+    machine.advance_clock(ms=100)
+    assert machine.runtime.claims[second].phase is Phase.expired
+    machine.timed_claims_expire_on_time()
+    machine.emitted_trace_accepted()
+    machine.teardown()

@@ -29,3 +29,5 @@ def test_ci_profile_holds_every_invariant_and_reaches_every_outcome(tmp_path: Pa
     assert set(summary["verdicts"]) <= {"accepted", "empty"}
     for outcome in scheduler_fuzzing.COVERED_EVENTS:
         assert summary["events"].get(outcome, 0) > 0, f"the CI profile never reached {outcome}"
+    assert summary["accepted_kinds"]["continuum_pin"] > 0
+    assert summary["accepted_kinds"]["duration_ms"] > 0

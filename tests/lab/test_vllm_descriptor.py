@@ -23,8 +23,13 @@ EVIDENCE = ROOT / "descriptors" / "evidence" / "kvclaims-vllm"
 SOUND_MODES = ("best_effort", "hard_protected", "demotable", "expiring", "offloadable")
 
 
-def anchors(document: dict) -> list[dict]:
-    return [item["anchor"] for adapter in document["adapters"] for item in adapter["evidence"]]
+def anchors(document: dict, kind: str = "trace") -> list[dict]:
+    return [
+        item["anchor"]
+        for adapter in document["adapters"]
+        for item in adapter["evidence"]
+        if item["anchor"]["kind"] == kind
+    ]
 
 
 def test_the_committed_descriptor_is_what_the_generator_makes_of_the_committed_traces() -> None:
@@ -42,6 +47,11 @@ def test_every_cited_trace_is_accepted_and_matches_its_digest() -> None:
         assert trace.parent == EVIDENCE and file_sha256(trace) == digest
         verdict = check_trace(trace)
         assert verdict.outcome == "accepted", (path, verdict.reason)
+    for anchor in anchors(
+        document, "artifact"
+    ):  # the pressure controls' (tests/lab/test_pressure_controls.py)
+        artifact = DESCRIPTOR.parent / anchor["path"]
+        assert artifact.parent == EVIDENCE and file_sha256(artifact) == anchor["sha256"]
 
 
 def test_five_modes_lower_as_backend_patch_witnesses_and_only_at_backend_patch() -> None:

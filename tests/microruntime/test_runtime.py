@@ -211,3 +211,29 @@ def test_a_reuse_reads_the_claims_object_and_is_satisfied_only_if_it_covers_the_
     assert reuses == [("short", False), ("short-offloaded", False)]
     assert rt.claims["c"].phase is Phase.offloaded  # nothing was restored for a request that did not need it
     assert_accepted(rt.header, buffer.events)
+
+
+@pytest.mark.parametrize("corrupted", [False, True])
+def test_a_two_key_reuse_restores_its_checkpoint_in_place(corrupted: bool) -> None:
+    """Seed 002: reusing a materialized two-key claim is a restore of its non-KV state at the
+    KV boundary; a checkpoint whose meaning changed in place (payload bytes kept) fails closed
+    with an outcome that ends responsibility (the policy's refusal has no tier to return to)."""
+    rt, buffer = runtime(policy="offloadable")
+    resident(rt, "c", M.offloadable, 4, two_key=True)
+    if corrupted:
+        rt.inject_fault(FaultKind.checkpoint_in_place_mutation, "c")
+    rt.run_request(RequestSpec("reuse", "obj-c", 4, reuse_claim="c"))
+    names = [e["event"] for e in buffer.events]
+    start = names.index("resident_claim_restore_required")
+    restore = [
+        "resident_claim_restore_required",
+        "resident_claim_restored",
+        "resident_claim_checkpoint_restored",
+    ]
+    assert names[start : start + 3] == restore
+    reused = next(e for e in buffer.events if e["event"] == "request_reused")
+    failed = [e["outcome"] for e in buffer.events if e["event"] == "resident_claim_restoration_failed"]
+    assert reused["predicate_satisfied"] is not corrupted
+    assert failed == (["demotion"] if corrupted else [])
+    assert rt.claims["c"].phase is (Phase.demoted if corrupted else Phase.materialized)
+    assert_accepted(rt.header, buffer.events)

@@ -8,6 +8,7 @@ import json
 
 import pytest
 from refinement.test_controls import CONTROLS
+from refinement.test_rules import IN_PLACE_TWINS
 
 from kvclaims.oracle.interpreter import ACCEPTED, INCONCLUSIVE, INVALID, REJECTED, judge
 from kvclaims.refinement.testing import TraceBuilder, generate_valid_trace
@@ -55,6 +56,14 @@ def test_design_controls_are_rejected_and_their_twins_accepted(name: str) -> Non
     build, _ = CONTROLS[name]
     assert judge(build(False).ndjson()).outcome == ACCEPTED
     assert judge(build(True).ndjson()).outcome == REJECTED
+
+
+@pytest.mark.parametrize("name", sorted(IN_PLACE_TWINS))
+def test_seed_002_in_place_checkpoint_restores_judged_like_the_model(name: str) -> None:
+    build, rule = IN_PLACE_TWINS[name]
+    bad = judge(build(True).ndjson())
+    assert (bad.outcome, bad.rule) == (REJECTED, rule.value), bad.message
+    assert judge(build(False).ndjson()).outcome == ACCEPTED
 
 
 def test_seed_001_canonical_refusal_60_70_80_is_accepted() -> None:

@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 
 import kvclaims
-from kvclaims.refinement import Outcome, check_bytes, check_trace
+from kvclaims.refinement import FORMATS, Outcome, check_bytes, check_trace
 from kvclaims.refinement.rendering import render_verdict
 from kvclaims.refinement.testing import TraceBuilder
-from kvclaims.spec.vocabulary import ConformanceRule
+from kvclaims.spec.tables import KV_EVENT_FORMATS
+from kvclaims.spec.vocabulary import ConformanceRule, TraceFormat
 
 
 def hard_claim(trace: TraceBuilder, claim_id: str = "claim:a", blocks: int = 4) -> TraceBuilder:
@@ -177,3 +178,40 @@ def test_an_unknown_event_before_an_end_of_trace_rejection_is_named_too() -> Non
     verdict = check_bytes(lossy.add("resident_claim_harmd", claim_id="claim:a").ndjson())
     assert verdict.outcome is Outcome.inconclusive and "resident_claim_harmed" in verdict.reason
     assert any(note.startswith("the end of the trace breaks") for note in verdict.notes)
+
+
+# --- KV-event captures without a registry, and files detection cannot tell ----------------------
+
+RUNTIME_CAPTURES = Path(__file__).parents[2] / "descriptors" / "evidence" / "runtime-kv-events"
+
+
+@pytest.mark.parametrize(
+    ("capture", "format", "read_as"),
+    [
+        ("sglang-0.5.23.kvevents", "auto", "vllm-kv-events"),
+        ("sglang-0.5.23.kvevents", "sglang-kv-events", "sglang-kv-events"),
+        ("trtllm-serializer.jsonl", "auto", "trtllm-kv-events"),
+    ],
+)
+def test_a_kv_event_capture_without_a_registry_is_inconclusive_and_says_why(
+    capture: str, format: str, read_as: str
+) -> None:
+    path = RUNTIME_CAPTURES / capture
+    verdict = check_trace(path, format=format)
+    assert verdict.outcome is Outcome.inconclusive and verdict.format == read_as
+    assert verdict.finding is not None and verdict.finding.field == "registry"
+    assert str(path) in verdict.reason and "needs a claim registry (--registry FILE)" in verdict.reason
+
+
+def test_a_first_line_that_fits_two_formats_is_inconclusive_not_guessed() -> None:
+    both = b'{"kvclaims_trace": 1, "event_id": 0, "data": {"type": "created"}, "window_size": 1}\n'
+    verdict = check_bytes(both)
+    assert verdict.outcome is Outcome.inconclusive
+    assert "fits several formats (kvclaims-v1, trtllm-kv-events)" in verdict.reason
+    assert verdict.finding is not None and verdict.finding.line == 1
+
+
+def test_the_spec_names_every_format_the_checker_reads() -> None:
+    """Descriptor anchors name formats from the spec's vocabulary: it must be the checker's."""
+    assert [f.value for f in TraceFormat] == list(FORMATS)
+    assert {str(f) for f in KV_EVENT_FORMATS} <= set(FORMATS)

@@ -3,6 +3,7 @@ evidence export closing the loop trace -> evidence -> descriptor -> label."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -143,13 +144,23 @@ def test_no_evidence_is_written_unless_every_trace_is_accepted(tmp_path: Path) -
     assert not out.exists()
 
 
-def test_kv_events_without_a_registry_is_invalid_input(
+def test_a_kv_event_capture_found_without_a_registry_is_inconclusive(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     capture = tmp_path / "capture.jsonl"
     capture.write_text('{"seq": 0, "ts": 1.0, "events": []}\n')
-    assert kvclaims_check(str(capture)) == 2
-    assert "registry" in capsys.readouterr().err
+    assert kvclaims_check(str(capture)) == 3
+    assert "needs a claim registry (--registry FILE)" in capsys.readouterr().out
+
+
+def test_a_kv_event_format_named_without_a_registry_is_invalid_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capture = tmp_path / "capture.jsonl"
+    capture.write_text('{"seq": 0, "ts": 1.0, "events": []}\n')
+    assert kvclaims_check(str(capture), "--format", "vllm-kv-events") == 2
+    printed = capsys.readouterr()
+    assert "--registry" in printed.err and printed.out == ""
 
 
 def test_no_trace_files_is_invalid_input(tmp_path: Path) -> None:
@@ -210,3 +221,32 @@ def test_evidence_paths_follow_the_descriptor_not_the_working_directory(
     (moved / "descriptors" / "runtime.yaml").rename(alone)
     problems = {p for a in load_descriptor(alone).anchors() for p in a.problems()}
     assert problems == {f"anchored trace file does not exist: {tmp_path.parent / 'runs' / 'offload.ndjson'}"}
+
+
+def test_a_kv_event_captures_evidence_says_how_to_recheck_it(tmp_path: Path) -> None:
+    """Evidence exported from a joined capture names its format and claim registry (relative,
+    with its digest), so a descriptor citing it is re-checked as it was checked."""
+    from kvclaims.refinement import Outcome, check_trace
+    from kvclaims.report.verdicts import CheckJob, anchored_checks
+
+    shipped = Path(__file__).parents[2] / "descriptors" / "evidence" / "runtime-kv-events"
+    (tmp_path / "runs").mkdir()
+    for name in ("trtllm-serializer.jsonl", "claim-sys.registry.yaml"):
+        (tmp_path / "runs" / name).write_bytes((shipped / name).read_bytes())
+    capture = tmp_path / "runs" / "trtllm-serializer.jsonl"
+    registry = tmp_path / "runs" / "claim-sys.registry.yaml"
+    out = tmp_path / "descriptors" / "evidence.yaml"
+    assert kvclaims_check(str(capture), "--registry", str(registry), "--evidence-out", str(out)) == 0
+    items = yaml.safe_load(out.read_text())["evidence"]
+    assert {(i["anchor"]["format"], i["anchor"]["registry"]) for i in items} == {
+        ("trtllm-kv-events", "../runs/claim-sys.registry.yaml")
+    }
+    digest = hashlib.sha256(registry.read_bytes()).hexdigest()
+    assert {i["anchor"]["registry_sha256"] for i in items} == {digest}
+    document = {"descriptor": 1, "runtime": "x", "surface": "x", "version": "1", "native": items}
+    (tmp_path / "descriptors" / "runtime.yaml").write_text(yaml.safe_dump(document))
+    descriptor = load_descriptor(tmp_path / "descriptors" / "runtime.yaml")
+    assert all(a.counts for a in descriptor.anchors())
+    (job,) = anchored_checks([descriptor])[capture.resolve()]
+    assert job == CheckJob("trtllm-kv-events", registry.resolve())
+    assert check_trace(capture, format=job.format, registry=job.registry).outcome is Outcome.accepted

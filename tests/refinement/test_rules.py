@@ -263,6 +263,54 @@ def test_a_two_key_claim_needs_both_keys() -> None:
     assert_twins(build, R.hybrid_two_key)
 
 
+# --- 5b. in-place checkpoint restores of two-key claims (seed 002) ------------------------
+
+CHECKPOINT = {"boundary": 4, "payload_hash": "p", "value_hash": "v"}
+
+
+def resuming(two_key: bool = True) -> TraceBuilder:
+    """A materialized two-key claim (never offloaded) whose checkpoint a request restores in
+    place: seed 002's hybrid resume is a restore of the non-KV state at the KV boundary."""
+    trace = TraceBuilder(usable_blocks=80).accept("C", two_key=two_key).store_prefix("C", 4)
+    trace.materialize("C", 4, **({"checkpoint": CHECKPOINT} if two_key else {}))
+    return trace.admit("r").restore_required("C", "r").restored("C", "r", blocks=4)
+
+
+def resume_in_place(bad: bool) -> TraceBuilder:
+    """Another value hash restored in place, then a satisfied reuse: a silent resume."""
+    trace = resuming().claim_event(
+        "checkpoint_restored", "C", **{**CHECKPOINT, "value_hash": "w" if bad else "v"}
+    )
+    return trace.reuse("r", "C", 4).finish("r")
+
+
+def refuse_after_resume(bad: bool) -> TraceBuilder:
+    """A failed in-place restore has no other tier to return to: refusal is not its outcome."""
+    trace = resuming().claim_event("checkpoint_restored", "C", **{**CHECKPOINT, "value_hash": "w"})
+    trace.restoration_failed("C", "r", outcome="refusal" if bad else "demotion")
+    return trace.reuse("r", "C", 4, satisfied=False).finish("r", "refused")
+
+
+def resume_one_key(bad: bool) -> TraceBuilder:
+    """Only a two-key claim restores in place; a one-key restore needs an offload first."""
+    trace = resuming(two_key=not bad)
+    return trace.claim_event("checkpoint_restored", "C", **CHECKPOINT).reuse("r", "C", 4).finish("r")
+
+
+IN_PLACE_TWINS: dict[str, tuple[Callable[[bool], TraceBuilder], ConformanceRule]] = {
+    "mismatch_then_satisfied_reuse": (resume_in_place, R.hybrid_two_key),
+    "refusal_after_in_place_restore": (refuse_after_resume, R.hybrid_two_key),
+    "one_key_restore_without_offload": (resume_one_key, R.offload_order),
+}
+"""Twins of the in-place restore rows (the oracle tests judge the same traces)."""
+
+
+@pytest.mark.parametrize("name", sorted(IN_PLACE_TWINS))
+def test_in_place_checkpoint_restores(name: str) -> None:
+    build, rule = IN_PLACE_TWINS[name]
+    assert_twins(build, rule)
+
+
 # --- 6. terms ------------------------------------------------------------------------------
 
 

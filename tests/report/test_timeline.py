@@ -4,7 +4,7 @@ from pathlib import Path
 
 from kvclaims.lab.micro_scenarios import run_scenario
 from kvclaims.microruntime.tracing import write_trace
-from kvclaims.report.timeline import claim_timeline, render_timeline
+from kvclaims.report.timeline import PHASE_COLOURS, claim_timeline, render_timeline
 from kvclaims.statemachine.lifecycle import Phase
 from tests.report.png import png_size
 
@@ -55,3 +55,8 @@ def test_the_subtitle_tells_each_claims_story(tmp_path: Path) -> None:
     assert told.startswith(f"{claim}: submitted > accepted > materialized > offloaded > restoring")
     assert "restored" in told and "a restore failed" in told
     assert told.endswith("Every event was accepted by the checker.")
+
+
+def test_every_phase_a_claim_can_be_in_has_a_colour() -> None:
+    """A segment is drawn for every phase after the first event (the in-place restore phases too)."""
+    assert set(PHASE_COLOURS) == set(Phase) - {Phase.absent}

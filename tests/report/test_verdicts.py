@@ -2,9 +2,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kvclaims.bundled import DESCRIPTORS, TRACES
 from kvclaims.lab.micro_scenarios import run_scenario
 from kvclaims.microruntime.tracing import write_trace
-from kvclaims.report.verdicts import check_traces, folder_traces, judge, lane_traces
+from kvclaims.report.verdicts import (
+    CheckJob,
+    anchored_checks,
+    check_traces,
+    folder_traces,
+    judge,
+    lane_traces,
+)
+from kvclaims.spec.descriptor import Descriptor, load_descriptor
 
 
 def _write(out: Path, scenario: str, as_name: str) -> None:
@@ -49,3 +58,47 @@ def test_a_folder_of_user_traces_is_judged_by_name_and_shown_relative_to_its_par
         ("scenarios/control-should-fail.ndjson", "your traces", False),
         ("scenarios/mine.ndjson", "your traces", True),
     ]
+
+
+# --- descriptor anchors say how the traces they cite are re-checked -----------------------------
+
+
+def _shipped_kv_event_descriptors() -> list[Descriptor]:
+    return [
+        load_descriptor(DESCRIPTORS / name)
+        for name in ("sglang_0_5_23_kv_events.yaml", "tensorrt_llm_kv_events_ed53795.yaml")
+    ]
+
+
+def test_the_bundled_captures_are_accepted_when_checked_as_their_anchors_say() -> None:
+    root = TRACES / "runtime-kv-events"
+    files = sorted(p for p in root.iterdir() if p.suffix in (".kvevents", ".jsonl"))
+    anchored = anchored_checks(_shipped_kv_event_descriptors())
+    checks = check_traces(folder_traces("bundled corpus", TRACES, files, anchored))
+    assert [(c.trace, c.outcome, c.as_expected) for c in checks] == [
+        ("evidence/runtime-kv-events/sglang-0.5.23.kvevents", "accepted", True),
+        ("evidence/runtime-kv-events/trtllm-serializer.jsonl", "accepted", True),
+    ]
+    # the same files without their anchors: no registry, so undecided (and flagged), never accepted
+    for check in check_traces(folder_traces("bundled corpus", TRACES, files)):
+        assert check.outcome == "inconclusive" and not check.as_expected
+        assert "needs a claim registry (--registry FILE)" in check.reason
+
+
+def test_the_anchors_give_format_and_registry_and_a_trace_cited_two_ways_is_checked_both_ways(
+    tmp_path: Path,
+) -> None:
+    (sglang, trtllm) = _shipped_kv_event_descriptors()
+    capture = (TRACES / "runtime-kv-events" / "sglang-0.5.23.kvevents").resolve()
+    registry = (TRACES / "runtime-kv-events" / "claim-sys.registry.yaml").resolve()
+    assert anchored_checks([sglang])[capture] == [CheckJob("sglang-kv-events", registry)]
+    # a second descriptor cites the same capture with no format: both readings are checked
+    text = (DESCRIPTORS / "sglang_0_5_23_kv_events.yaml").read_text(encoding="utf-8")
+    (tmp_path / "evidence").symlink_to(TRACES.resolve())
+    detected = text.replace("      format: sglang-kv-events\n", "")
+    (tmp_path / "auto.yaml").write_text(detected, encoding="utf-8")
+    jobs = anchored_checks([sglang, load_descriptor(tmp_path / "auto.yaml"), trtllm])[capture]
+    assert jobs == [CheckJob("sglang-kv-events", registry), CheckJob("auto", registry)]
+    cited = [TRACES / "runtime-kv-events" / capture.name]
+    found = folder_traces("bundled corpus", TRACES, cited, {capture: jobs})
+    assert [(f.format, f.registry) for f in found] == [("sglang-kv-events", registry), ("auto", registry)]

@@ -56,7 +56,7 @@ def test_every_required_property_is_an_obligation() -> None:
         "lowering.legacy_alias_equivalent",
         "lifecycle.harm_only_for_accepted_unreleased_claims",
         "lifecycle.no_harm_after_demotion_or_expiry",
-        "lifecycle.restoration_failed_only_after_offload_and_restore_required",
+        "lifecycle.restoration_failed_only_after_restore_required",
         "lifecycle.blocking_ids_name_only_responsible_claims",
         "capacity.refusal_only_when_over_capacity",
         "lifecycle.every_phase_reachable",

@@ -5,6 +5,7 @@ An empty or deleted anchor is *not* malformed: it loads and fails closed in the 
 
 from __future__ import annotations
 
+import hashlib
 import time
 from pathlib import Path
 
@@ -301,3 +302,84 @@ def test_a_trace_anchor_to_a_missing_file_never_counts_and_names_the_path(tmp_pa
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "pressure.ndjson").write_text("{}\n")
     assert _priority_finding(write(tmp_path, TRACE_ANCHORED)).supplied
+
+
+# --- a trace anchor says how its trace is re-checked: format and claim registry ---------------
+
+RECHECKED = VALID.replace(
+    ANCHOR,
+    "anchor:\n      kind: trace\n      path: runs/capture.jsonl\n      note: pressure run\n"
+    "      ordering: seq\n      claim_scope: claim_id\n      format: trtllm-kv-events\n"
+    "      registry: runs/claims.registry.yaml\n",
+)
+"""The anchor's `format` is line 16 of the file."""
+
+
+def _with_files(tmp_path: Path) -> None:
+    (tmp_path / "runs").mkdir(exist_ok=True)
+    (tmp_path / "runs" / "capture.jsonl").write_text("{}\n")
+    (tmp_path / "runs" / "claims.registry.yaml").write_text("kvclaims_registry: 1\n")
+
+
+def test_an_anchor_with_format_and_registry_loads_and_resolves_the_registry_beside_the_descriptor(
+    tmp_path: Path,
+) -> None:
+    _with_files(tmp_path)
+    anchor = load_descriptor(write(tmp_path, RECHECKED)).native[0].anchor
+    assert anchor is not None and anchor.format is not None
+    assert anchor.format.value == "trtllm-kv-events"
+    assert anchor.registry_file == tmp_path / "runs" / "claims.registry.yaml"
+    assert _priority_finding(write(tmp_path, RECHECKED)).supplied
+
+
+def test_an_unknown_anchor_format_is_a_descriptor_error_naming_line_and_field(tmp_path: Path) -> None:
+    _with_files(tmp_path)
+    text = RECHECKED.replace("format: trtllm-kv-events", "format: trtllm-kv-event")
+    (problem,) = problems_of(write(tmp_path, text))
+    assert (problem.line, problem.field) == (16, "native.0.anchor.format")
+    assert "trtllm-kv-events" in problem.message
+
+
+@pytest.mark.parametrize(
+    ("added", "message"),
+    [
+        ("format: blockpool", "only a trace anchor"),
+        ("registry: claims.yaml", "only a trace anchor"),
+    ],
+)
+def test_only_a_trace_anchor_says_how_it_is_rechecked(tmp_path: Path, added: str, message: str) -> None:
+    text = VALID.replace('note: "pressure run"}', f'note: "pressure run", {added}}}')
+    (problem,) = problems_of(write(tmp_path, text))
+    assert problem.field == "native.0.anchor" and message in problem.message
+
+
+def test_a_registry_digest_without_a_registry_is_refused(tmp_path: Path) -> None:
+    text = RECHECKED.replace(
+        "      registry: runs/claims.registry.yaml\n", f"      registry_sha256: {'a' * 64}\n"
+    )
+    (problem,) = problems_of(write(tmp_path, text))
+    assert problem.field == "native.0.anchor" and "registry_sha256 without registry" in problem.message
+
+
+def test_a_missing_registry_never_counts_and_names_the_path(tmp_path: Path) -> None:
+    _with_files(tmp_path)
+    (tmp_path / "runs" / "claims.registry.yaml").unlink()
+    finding = _priority_finding(write(tmp_path, RECHECKED))
+    assert not finding.supplied
+    resolved = str(tmp_path / "runs" / "claims.registry.yaml")
+    assert any(resolved in d.reason and "registry does not exist" in d.reason for d in finding.discounted)
+
+
+def test_a_registry_digest_counts_only_when_it_matches(tmp_path: Path) -> None:
+    _with_files(tmp_path)
+    registry = tmp_path / "runs" / "claims.registry.yaml"
+    right = hashlib.sha256(registry.read_bytes()).hexdigest()
+    pinned = RECHECKED.replace(
+        "registry: runs/claims.registry.yaml\n",
+        f"registry: runs/claims.registry.yaml\n      registry_sha256: {right}\n",
+    )
+    assert _priority_finding(write(tmp_path, pinned)).supplied
+    registry.write_text("kvclaims_registry: 1\nclaims: []\n")
+    finding = _priority_finding(write(tmp_path, pinned))
+    assert not finding.supplied
+    assert any("sha256 of the anchor's claim registry" in d.reason for d in finding.discounted)

@@ -15,7 +15,17 @@ from kvclaims.statemachine.graph import (
     transitions,
     union_graph,
 )
-from kvclaims.statemachine.lifecycle import ALL_PROFILES, INITIAL, ClaimProfile, Event, Phase, Violation, step
+from kvclaims.statemachine.lifecycle import (
+    ALL_PROFILES,
+    IN_PLACE,
+    INITIAL,
+    ClaimProfile,
+    Event,
+    Phase,
+    Violation,
+    allowed_events,
+    step,
+)
 
 
 @pytest.mark.parametrize("profile", ALL_PROFILES, ids=str)
@@ -50,6 +60,19 @@ def test_only_offloadable_claims_reach_the_offload_phases() -> None:
     for profile in ALL_PROFILES:
         offload_phases = {Phase.offloaded, Phase.restoring} & reachable_phases(profile)
         assert bool(offload_phases) == profile.offloadable
+
+
+def test_only_two_key_claims_restore_in_place_and_never_refuse_back() -> None:
+    """Seed 002: a hybrid resume restores the non-KV state in place; a materialized one-key
+    claim has nothing to restore without an offload. A failed in-place restore has no other
+    tier to return to, so refusal (back to offloaded) is never its outcome."""
+    for profile in ALL_PROFILES:
+        assert bool(IN_PLACE & reachable_phases(profile)) == profile.two_key
+        for phase in IN_PLACE:
+            assert Event.fail_restoration_refusal not in allowed_events(profile, phase)
+    two_key = ClaimProfile(preserving=True, offloadable=False, two_key=True)
+    assert union_graph().has_edge(Phase.materialized, Phase.restoring_in_place)
+    assert not lifecycle_graph(two_key).has_edge(Phase.restoring_in_place, Phase.offloaded)
 
 
 def test_harm_is_unreachable_after_release_demotion_or_expiry() -> None:

@@ -70,3 +70,37 @@ def test_step_run_is_step_folded_over_the_run() -> None:
         by_step.reserved_blocks,
         len(by_step.claims),
     )
+
+
+def test_a_second_in_place_resume_names_its_kv_key_before_its_checkpoint() -> None:
+    """Seed 002: each hybrid resume is one restore where both keys meet; the KV key restored
+    for an earlier resume does not stand in for the next one's."""
+    checkpoint = {"boundary": 2, "payload_hash": "p", "value_hash": "v"}
+
+    def build(bad: bool) -> TraceBuilder:
+        trace = TraceBuilder(usable_blocks=80).accept("C", blocks=2, two_key=True).store_prefix("C", 2)
+        trace.materialize("C", 2, checkpoint=checkpoint)
+        for request_id in ("r1", "r2"):
+            trace.admit(request_id).restore_required("C", request_id)
+            if bad and request_id == "r2":
+                trace.claim_event("checkpoint_restored", "C", **checkpoint).restored(
+                    "C", request_id, blocks=2
+                )
+            else:
+                trace.restored("C", request_id, blocks=2).claim_event(
+                    "checkpoint_restored", "C", **checkpoint
+                )
+            trace.reuse(request_id, "C", 2).finish(request_id)
+        return trace
+
+    verdicts = []
+    for bad in (True, False):
+        trace = build(bad)
+        state = system.init(TraceHeader.model_validate(trace.header))
+        verdicts.append(
+            system.step_run(state, [convert_event(e) for e in trace.events], 2) or system.finish(state)
+        )
+    assert len(build(True).events) == len(build(False).events)
+    violation, conforming = verdicts
+    assert isinstance(violation, system.Violation) and violation.rule is ConformanceRule.hybrid_two_key
+    assert conforming is None

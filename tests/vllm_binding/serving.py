@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,21 +18,15 @@ from typing import Any
 
 import pytest
 
-BLOCK = 32
+from kvclaims.lab.soak import BLOCK, SERVED_NAME, free_port
+
 STARTUP_TIMEOUT = 600
-SERVED_NAME = "kvclaims-tiny"
 SERVER_ARGUMENTS = [
     "--served-model-name", SERVED_NAME, "--skip-tokenizer-init", "--enforce-eager", "--dtype", "float32",
     "--block-size", str(BLOCK), "--max-model-len", "736", "--num-gpu-blocks-override", "24",
     "--max-num-seqs", "4", "--max-num-batched-tokens", "1024",
 ]  # fmt: skip
 """The tiny model's server: 23 usable blocks of 32 tokens."""
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass

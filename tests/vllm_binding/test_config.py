@@ -32,6 +32,8 @@ def test_default_conflict_actions() -> None:
         ({"conflict_actions": {"hard_protected": "demote"}}, "kvclaims"),
         ({"conflict_actions": {"best_effort": "refuse"}}, "kvclaims"),
         ({"owner_hmac_key": "short"}, "kvclaims"),
+        ({"engine_id": ""}, "kvclaims.engine_id"),
+        ({"engine_id": 7}, "kvclaims.engine_id"),
     ],
 )
 def test_bad_operator_config_is_a_located_input_error(section: dict[str, object], field: str) -> None:
@@ -43,7 +45,9 @@ def test_bad_operator_config_is_a_located_input_error(section: dict[str, object]
 
 def test_engine_kwargs_round_trip() -> None:
     config = BindingConfig(
-        trace_path="t.ndjson", conflict_actions={ProtectionMode.expiring: ConflictAction.refuse}
+        trace_path="t.ndjson",
+        engine_id="A",
+        conflict_actions={ProtectionMode.expiring: ConflictAction.refuse},
     )
     kwargs = config.engine_kwargs()
     assert kwargs["scheduler_cls"] == SCHEDULER_CLS

@@ -76,10 +76,44 @@ def test_materialization_records_the_checkpoint_with_its_abi_metadata(resume: An
     assert all(e["predicate_satisfied"] and e["checkpoint"] == checkpoint for e in reused)
 
 
+def claim_story(path: Path, claim_id: str) -> list[tuple[str, dict[str, Any]]]:
+    """The claim events and reuses naming `claim_id` from its materialization on, in order."""
+    lines = path.read_text(encoding="utf-8").splitlines()[1:]
+    named = [
+        e
+        for e in map(json.loads, lines)
+        if e.get("claim_id") == claim_id and e["event"].startswith(("resident_claim_", "request_reused"))
+    ]
+    start = next(i for i, e in enumerate(named) if e["event"] == "resident_claim_materialized")
+    return [(e["event"], e) for e in named[start:]]
+
+
+def test_each_resume_is_an_in_place_restore_before_the_reuse(resume: Any) -> None:
+    """Seed 002: a hybrid resume is a restore of the non-KV state meeting the KV key at B: each
+    reuse is preceded by its restore_required, the KV key's B blocks and the matching
+    checkpoint, in that order."""
+    story = claim_story(resume.trace_path, "claim:resume")
+    recorded = story[0][1]["checkpoint"]
+    resumes = [name for name, _ in story[1:] if name != "resident_claim_released"]
+    one = [
+        "resident_claim_restore_required",
+        "resident_claim_restored",
+        "resident_claim_checkpoint_restored",
+        "request_reused",
+    ]
+    assert resumes == one * REPEATS
+    for name, event in story:
+        if name == "resident_claim_restored":
+            assert event["restored_blocks"] == recorded["boundary"]
+        if name == "resident_claim_checkpoint_restored":
+            assert (event["boundary"], event["value_hash"]) == (recorded["boundary"], recorded["value_hash"])
+
+
 def test_every_seed_002_fault_is_caught_before_the_request_proceeds(resume: Any) -> None:
     """A restore that keeps the stored payload but realizes another value, the same bytes read
-    with another layout, and an unknown layout: each ends unsatisfied, demoted and aborted,
-    with no token served."""
+    with another layout, and an unknown layout: each is a restoration failure with outcome
+    demotion (issue 15: never a silent resume), then an unsatisfied reuse and an abort, with
+    no token served."""
     from kvclaims.lab.hybrid_lane import FAULTS
 
     assert set(resume.caught) == set(FAULTS)
@@ -91,7 +125,10 @@ def test_every_seed_002_fault_is_caught_before_the_request_proceeds(resume: Any)
         e["claim_id"]: e["checkpoint"] for e in events(resume.trace_path, "resident_claim_materialized")
     }
     reused = {e["claim_id"]: e for e in events(resume.trace_path, "request_reused")}
-    demoted = {e["claim_id"]: e["reason"] for e in events(resume.trace_path, "resident_claim_demoted")}
+    failed = {e["claim_id"]: e for e in events(resume.trace_path, "resident_claim_restoration_failed")}
+    assert {e["outcome"] for e in failed.values()} == {"demotion"}
+    assert not events(resume.trace_path, "resident_claim_demoted"), "the failure is the demotion"
+    demoted = {claim_id: e["reason"] for claim_id, e in failed.items()}
     transposed = "claim:restore_transposed"
     assert "the stored payload is unchanged" in demoted[transposed]
     alias = reused["claim:layout_alias"]["checkpoint"]
@@ -102,6 +139,12 @@ def test_every_seed_002_fault_is_caught_before_the_request_proceeds(resume: Any)
     assert reused["claim:unknown_layout"].get("checkpoint") is None
     for kind in ("restore_transposed", "layout_alias", "unknown_layout"):
         assert reused[f"claim:{kind}"]["predicate_satisfied"] is False
+        story = [name for name, _ in claim_story(resume.trace_path, f"claim:{kind}")]
+        restore = ["resident_claim_restore_required", "resident_claim_restored"]
+        if kind != "unknown_layout":  # an unknown layout has no value to report
+            restore.append("resident_claim_checkpoint_restored")
+        expected = [*restore, "resident_claim_restoration_failed", "request_reused"]
+        assert story[1 : 1 + len(expected)] == expected, kind
     faults = [e["kind"] for e in events(resume.trace_path, "fault_injected")]
     assert faults == [f"checkpoint_{kind}" for kind in FAULTS]
 

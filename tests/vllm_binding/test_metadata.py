@@ -19,6 +19,7 @@ from kvclaims.vllm_binding.metadata import (
     owner_of,
     owner_token,
     parse_claim_metadata,
+    raw_type_problem,
 )
 
 IDENTITY = CacheIdentity(
@@ -84,6 +85,11 @@ def test_op_defaults_to_attach_without_terms() -> None:
         (submit(kvclaims_claim_id=""), "must be a string of 1..256"),
         (submit(kvclaims_claim_id=["a"]), "characters, got list"),
         (submit(kvclaims_owner=7), "kvclaims_owner must be a string"),
+        (submit(kvclaims_duration_ms=0), "must be in 1.."),
+        (submit(kvclaims_duration_ms=2.5), "must be an integer, got float"),
+        (submit(kvclaims_refresh_on_hit=1), "must be a boolean, got int 1"),
+        (submit(kvclaims_refresh_on_hit="true"), "must be a boolean"),
+        (submit(kvclaims_refresh_on_hit=2, kvclaims_raw_types="ok"), "must be a boolean, got int 2"),
     ],
 )
 def test_malformed_metadata_is_rejected_with_a_reason(extra_args: dict[str, object], fragment: str) -> None:
@@ -116,6 +122,8 @@ def test_every_documented_key_is_read() -> None:
         "kvclaims_footprint_blocks": 3,
         "kvclaims_predicate_tokens": 20,
         "kvclaims_duration_steps": 5,
+        "kvclaims_duration_ms": 50,
+        "kvclaims_refresh_on_hit": True,
         "kvclaims_object_id": "obj",
         "kvclaims_owner": "o",
         "kvclaims_owner_token": "t",
@@ -193,6 +201,21 @@ def test_parsing_is_total(extra_args: dict[str, object]) -> None:
         assert 0 < len(parsed.claim_id) <= MAX_IDENTIFIER_LENGTH
         for number in (parsed.footprint_blocks, parsed.predicate_blocks, parsed.duration_steps):
             assert number is None or (type(number) is int and 1 <= number <= MAX_CLAIM_NUMBER)
+
+
+def test_refresh_on_hit_is_a_boolean_offline_and_a_checked_one_over_http() -> None:
+    """vLLM's request model turns JSON `true` in vllm_xargs into 1: only the HTTP boundary's
+    marker (it saw the raw JSON boolean) lets a 1 through; offline only a bool counts."""
+    terms = submit(kvclaims_mode="expiring", kvclaims_duration_ms=100, kvclaims_refresh_on_hit=True)
+    offline = parse_claim_metadata(terms)
+    assert isinstance(offline, ClaimRequest) and offline.refresh_on_hit is True and offline.duration_ms == 100
+    coerced = terms | {"kvclaims_refresh_on_hit": 1}
+    assert isinstance(parse_claim_metadata(coerced), MetadataRejection)
+    checked = parse_claim_metadata(coerced | {"kvclaims_raw_types": "ok"})
+    assert isinstance(checked, ClaimRequest) and checked.refresh_on_hit is True
+    assert raw_type_problem({"kvclaims_refresh_on_hit": 1}) == (
+        "kvclaims_refresh_on_hit must be a JSON boolean, got JSON number 1"
+    )
 
 
 def test_owner_defaults_only_without_a_key() -> None:

@@ -92,9 +92,35 @@ def test_claim_ids_are_single_use_and_bounded() -> None:
     reg.retire(rec)
     assert reg.is_decided("a") and "a" not in reg.claims
     for i in range(19):
-        reg.decide(f"x{i}")
-    problem = reg.admission_problem("o", prefix("q", 1), pinned=True)
-    assert problem is not None and "already decided" in problem
+        reg.decide(f"x{i}", f"owner-{i % 3}")
+    problem = reg.spend_problem("o")
+    assert problem == "claim registry full: 20 claim ids already decided"
+
+
+def test_each_owner_has_its_own_quota_of_ids_and_held_claims() -> None:
+    reg = ClaimRegistry(
+        usable_blocks=100,
+        protected_fraction=0.5,
+        owner_protected_fraction=0.5,
+        max_claims=8,
+        max_decided_claim_ids=20,
+        max_claims_per_owner=2,
+        max_decided_claim_ids_per_owner=5,
+    )
+    for i in range(5):
+        reg.decide(f"m{i}", "mallory")
+    assert reg.spend_problem("mallory") == "owner quota: 5 claim ids already decided for this owner"
+    assert reg.spend_problem("alice") is None
+    first, second = record("a1", prefix("p", 1), owner="alice"), record("a2", prefix("q", 1), owner="alice")
+    reg.add(first)
+    reg.add(second)
+    assert reg.admission_problem("alice", prefix("r", 1), pinned=False) == (
+        "owner quota: 2 claims held by this owner"
+    )
+    assert reg.admission_problem("bob", prefix("r", 1), pinned=False) is None
+    reg.retire(first)
+    reg.retire(first)  # idempotent: the count is not taken twice
+    assert reg.admission_problem("alice", prefix("r", 1), pinned=False) is None
 
 
 def test_overlap_credits_resident_and_sourced_blocks_only() -> None:

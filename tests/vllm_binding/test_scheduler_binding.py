@@ -415,3 +415,12 @@ def test_the_signal_handlers_early_close_acts_only_on_an_idle_engine_outside_the
     arbiter.stop_when_idle()
     assert arbiter.sink.closed
     accepted(tmp_path / "trace.ndjson")
+
+
+def test_the_engine_id_names_the_stream_in_its_header(tmp_path: Path) -> None:
+    import json
+
+    running = lane(tmp_path, config={"engine_id": "engine-{dp_rank}"})
+    running.close()
+    header = json.loads((tmp_path / "trace.ndjson").read_text().splitlines()[0])
+    assert header["engine_id"] == "engine-0"

@@ -21,13 +21,11 @@ from typing import Any
 import pytest
 import yaml
 
+from kvclaims.lab.soak import BLOCK, SERVED_NAME, free_port
 from kvclaims.refinement import check_trace
 from tests.vllm_binding.serving import (
-    BLOCK,
-    SERVED_NAME,
     Server,
     complete,
-    free_port,
     openai_client,
     serving,
     watch,

@@ -134,3 +134,22 @@ def test_each_line_is_the_models_own_json(event_type: type, fields: dict[str, ob
     expected = event_type(seq=0, t_ns=line["t_ns"], **fields).model_dump_json(exclude_none=True)
     assert line == json.loads(expected)
     assert list(line) == list(json.loads(expected))  # same field order
+
+
+def test_a_new_stream_never_overwrites_the_previous_one(tmp_path: Path) -> None:
+    path = tmp_path / "t.ndjson"
+    killed = TraceSink.open(path, HEADER)
+    killed.emit(ActiveRequestAdmitted, request_id="r", active_live_blocks=3)
+    killed.flush()
+    killed._file._sync()  # what the flusher does; then the engine is killed (no close)
+    for _ in range(2):  # two restarts, each with a complete stream
+        restarted = TraceSink.open(path, HEADER)
+        restarted.emit(ActiveRequestAdmitted, request_id="r", active_live_blocks=3)
+        restarted.emit(RequestFinished, request_id="r", status="length")
+        restarted.close()
+    kept = tmp_path / "t.prev1.ndjson"
+    assert '"request_id":"r"' in kept.read_text() and "trace_closed" not in kept.read_text()
+    verdict = check_trace(kept)
+    assert verdict.outcome == "inconclusive" and "truncated" in verdict.reason
+    assert check_trace(tmp_path / "t.prev2.ndjson").outcome == "accepted"
+    assert check_trace(path).outcome == "accepted"
