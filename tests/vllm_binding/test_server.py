@@ -119,8 +119,14 @@ def test_a_claim_is_accepted_materialized_attached_refused_against_and_released(
     served, _ = complete(client, prompt(2, 20))
     assert served.finish_reason == "length" and served.model_extra["stop_reason"] is None
 
-    events = server.events()
-    kinds = [(e["event"], e.get("claim_id")) for e in events]
+    # the lines reach the file within the flush bound (0.2 s), not with the response
+    deadline = time.monotonic() + 10
+    while True:
+        events = server.events()
+        kinds = [(e["event"], e.get("claim_id")) for e in events]
+        if ("resident_claim_released", "sys") in kinds or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     assert ("resident_claim_accepted", "sys") in kinds
     assert ("resident_claim_materialized", "sys") in kinds
     assert ("resident_claim_released", "sys") in kinds
