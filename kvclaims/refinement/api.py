@@ -145,10 +145,13 @@ def check_source(
     strict: bool = False,
     open: bool = False,
     reopen: Opener | None = None,
+    minimize: bool = True,
 ) -> TraceVerdict:
     """Check the trace that `opener` opens; `open` as in `check_trace`. A rejection re-reads
     the trace up to the offending event through `reopen` (default: `opener`), so a caller that
-    follows a live file can re-read the part already written without waiting for more."""
+    follows a live file can re-read the part already written without waiting for more, and
+    shrinks it to its minimal prefix; `minimize=False` skips that (a live follower reports
+    first and minimizes after)."""
     if format != AUTO and format not in FORMATS:
         raise ValueError(f"unknown trace format {format!r}; choose auto or one of {', '.join(FORMATS)}")
     trace = _unwrapped(opener)
@@ -172,7 +175,7 @@ def check_source(
         finding = verdict.finding
         message = f"no trace format recognises this file; read as {fmt}: {finding.message}"
         verdict = replace(verdict, finding=replace(finding, message=message))
-    if verdict.outcome is Outcome.rejected and run.rejection is not None:
+    if minimize and verdict.outcome is Outcome.rejected and run.rejection is not None:
         prefix = _minimal_prefix(
             _unwrapped(reopen) if reopen is not None else trace, fmt, registry_path, run.header, run.rejection
         )

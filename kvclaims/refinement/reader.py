@@ -94,13 +94,13 @@ class TraceStream:
 
     def _open(self) -> None:
         raw = self._raw
-        head = _read_exactly(raw, len(GZIP_MAGIC))
+        head = read_exactly(raw, len(GZIP_MAGIC))
         self.compressed = head == GZIP_MAGIC
         inner: Any = Prefixed(head, raw)
         if self.compressed:
             inner = gzip.GzipFile(fileobj=inner, mode="rb")
         self._stream = inner
-        head = _read_exactly(self, len(UTF8_BOM))
+        head = read_exactly(self, len(UTF8_BOM))
         self._stream = Prefixed(b"" if head == UTF8_BOM else head, inner)
 
     def read(self, size: int = -1) -> bytes:
@@ -121,7 +121,7 @@ class TraceStream:
         self.close()
 
 
-def _read_exactly(stream: Any, size: int) -> bytes:
+def read_exactly(stream: Any, size: int) -> bytes:
     """Up to `size` bytes, fewer only at the end (a pipe may return short reads)."""
     data = b""
     while len(data) < size:

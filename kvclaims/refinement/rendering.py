@@ -46,15 +46,21 @@ def verdict_lines(verdict: TraceVerdict, *, source: str | Path | bytes | None = 
         if context:
             lines.append("  surrounding events:")
             lines.extend(_numbered(number, text, number == c.line) for number, text in context)
-        if c.minimal_prefix:
-            lines.append("  the lines that show the violation (rejected on their own, by the same rule):")
-            lines.extend(
-                _numbered(event.line, event.summary, event.line == c.line) for event in c.minimal_prefix
-            )
+        lines.extend(prefix_lines(c))
     lines.extend(f"  note: {note}" for note in verdict.notes)
     if verdict.witnesses:
         lines.append("  exercised: " + ", ".join(w.kind.value for w in verdict.witnesses))
     return lines
+
+
+def prefix_lines(c: Counterexample) -> list[str]:
+    """The counterexample's minimal prefix as lines (none when it has none)."""
+    if not c.minimal_prefix:
+        return []
+    return [
+        "  the lines that show the violation (rejected on their own, by the same rule):",
+        *(_numbered(event.line, event.summary, event.line == c.line) for event in c.minimal_prefix),
+    ]
 
 
 def _position(c: Counterexample) -> str:

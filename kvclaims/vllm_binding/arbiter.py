@@ -170,7 +170,6 @@ class RequestBook:
     request queued again (its phase stays deferred until vLLM admits it)."""
     deferred_steps: int = 0
     last_conflict: tuple[Any, ...] | None = None
-    live_blocks: int | None = None
     checked_version: int = -1
     restores: list[str] = field(default_factory=list)
     """Offloaded claims this request loads back (their blocks become its blocks)."""
@@ -248,6 +247,8 @@ class ClaimArbiter:
         self._depth = 0
         self._pins_suspect = False
         self.sink: EventSink = self._open_sink()
+        if self.sink.enabled:
+            shutdown.on_engine_stop(self.stop_when_idle)
         self.continuum = ContinuumJobs(config.continuum) if config.continuum is not None else None
         """Continuum compatibility: job keys kept as pin claims; None when off."""
         self.offload: ClaimOffload | None = ClaimOffload.attach(self, scheduler)
@@ -308,11 +309,15 @@ class ClaimArbiter:
         """A vLLM entry point returns. Events were emitted at consistent points; the outermost
         return hands them to the trace file, whose flusher gets them to the OS within its
         bound even if the engine then goes idle."""
-        self._depth -= 1
-        if self._depth == 0:
+        if self._depth > 1:
+            self._depth -= 1
+            return
+        try:  # still inside until the hand-over is done (see `stop_when_idle`)
             if self._finished:
                 self._drain_finished()
             self.sink.flush()
+        finally:
+            self._depth -= 1
 
     @contextmanager
     def entry(self) -> Iterator[None]:
@@ -331,6 +336,16 @@ class ClaimArbiter:
             claim_id=claim_id,
             request_id=None if request_id is None else trace_request_id(request_id),
         )
+
+    def stop_when_idle(self) -> None:
+        """The engine is stopping (a termination signal reached vLLM's engine-core handler):
+        close the trace now if no request is left and no binding code runs on this thread.
+        Called from that signal handler too, which runs between two bytecodes of the engine's
+        thread: outside every entry point (vLLM's scheduler methods that change requests all
+        run inside one) nothing is half-written and the request queues are consistent."""
+        if self._depth == 0 and not self._s.has_unfinished_requests():
+            with self.entry():
+                self.close()
 
     def close(self, reason: CloseReason = CloseReason.closed) -> None:
         """End the trace with `trace_closed`: `reason`, or the termination signal that led
@@ -939,7 +954,6 @@ class ClaimArbiter:
         peak = self._peak_blocks(request)
         overlap = self.registry.overlap(request.block_hashes, book.sourced)
         proof = CapacityProof(self.registry.protected_blocks, peak - overlap.credited, self.usable_blocks)
-        book.live_blocks = proof.active_live_blocks_required
         if proof.capacity_shortfall_blocks == 0 or peak > self.usable_blocks:
             # Feasible, or infeasible even with no claim at all: then it is vLLM's to handle
             # and naming claims as blocking would be false attribution.
@@ -1079,18 +1093,26 @@ class ClaimArbiter:
 
     def admit(self, request: Request, book: RequestBook, prefix_hit_blocks: int) -> None:
         """Report `request` admitted: vLLM gave it blocks (to compute or to load into)."""
-        if book.live_blocks is None or book.checked_version != self.registry.version:
-            overlap = self.registry.overlap(request.block_hashes, book.sourced)
-            book.live_blocks = self._peak_blocks(request) - overlap.credited
         self._end_deferral(request.request_id, book)
         book.step(RequestEvent.admit)
         if self.sink.enabled:
             self._emit(
                 ActiveRequestAdmitted,
                 request_id=book.trace_id,
-                active_live_blocks=book.live_blocks,
+                active_live_blocks=self._admitted_live_blocks(request, book),
                 prefix_hit_blocks=prefix_hit_blocks,
             )
+
+    def _admitted_live_blocks(self, request: Request, book: RequestBook) -> int:
+        """The blocks vLLM's KV cache manager gave `request` by now (its admission step:
+        prefix hits, the scheduled chunk, lookahead), less those credited to protected claims
+        (counted as theirs). Not the peak: vLLM admits a request whose peak exceeds the pool
+        and preempts later; the admission holds only what was allocated."""
+        null = self._pool.null_block.block_id
+        allocated = {b for group in self._s.kv_cache_manager.get_block_ids(request.request_id) for b in group}
+        allocated.discard(null)
+        credited = self.registry.overlap(request.block_hashes, book.sourced).credited
+        return len(allocated) - min(credited, len(allocated))
 
     def report_reuse(
         self,

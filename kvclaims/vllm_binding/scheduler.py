@@ -29,6 +29,7 @@ from kvclaims.spec.trace import CloseReason
 from kvclaims.vllm_binding.arbiter import ClaimArbiter
 from kvclaims.vllm_binding.config import BindingConfig
 from kvclaims.vllm_binding.plugin import require_supported_vllm
+from kvclaims.vllm_binding.shutdown import engine_stopping
 
 
 class ClaimSchedulerMixin:
@@ -125,11 +126,21 @@ class ClaimSchedulerMixin:
         super().reset_prefix_cache(reset_connector=self.connector is not None)  # type: ignore[misc]
         self.kvclaims = ClaimArbiter(self, config)
 
+    def has_requests(self) -> bool:
+        # After a termination signal vLLM's engine core asks this to decide whether to stop
+        # (`EngineCore._handle_shutdown`); once nothing is left the trace ends at once, not
+        # after vLLM's teardown, which may be killed at the server's shutdown timeout.
+        busy: bool = super().has_requests()  # type: ignore[misc]
+        if not busy and engine_stopping():
+            self.kvclaims.stop_when_idle()
+        return busy
+
     def shutdown(self) -> None:
         try:
             super().shutdown()  # type: ignore[misc]
         finally:
-            self.kvclaims.close(CloseReason.engine_shutdown)
+            with self.kvclaims.entry():  # not re-entered by the signal handler's early close
+                self.kvclaims.close(CloseReason.engine_shutdown)
 
 
 class ClaimScheduler(ClaimSchedulerMixin, Scheduler):

@@ -28,7 +28,7 @@ def test_the_binding_the_middleware_and_safe_defaults() -> None:
     assert section["typed_metadata"] is True
     assert option(command, "--port") == "8001"
     assert option(command, "--host") == "127.0.0.1"
-    assert option(command, "--shutdown-timeout") == "10"
+    assert option(command, "--shutdown-timeout") == "3"
     assert option(command, "--kv-cache-memory-bytes") == str(64 << 20)
     assert option(command, "--gpu-memory-utilization") == "0.3"
     assert "--kv-transfer-config" not in command and "--trace" not in command

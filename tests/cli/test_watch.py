@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -9,6 +10,11 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import yaml
 
 from kvclaims.refinement.testing import TraceBuilder
 
@@ -118,3 +124,145 @@ def test_metrics_show_the_open_verdict_and_event_counts_on_loopback(tmp_path: Pa
         assert process.wait(timeout=60) == 0
     finally:
         process.kill()
+
+
+# -- vLLM's KV-event stream over ZMQ -------------------------------------------------------------
+
+
+def kv_registry(tmp_path: Path, late_from_seq: int | None = None) -> Path:
+    """claim:sys (registered before seq 0) and, optionally, claim:late on other tokens,
+    registered only before batch `late_from_seq`."""
+    from tests.refinement.test_vllm_kv_events import registry
+
+    document = registry()
+    if late_from_seq is not None:
+        late = dict(document["claims"][0], claim_id="claim:late", object_id="prefix:late")
+        late |= {"registered_before_seq": late_from_seq, "token_map": {"tokenizer": "t", "token_ids": LATE}}
+        document["claims"].append(late)
+    path = tmp_path / "registry.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+LATE = list(range(200, 208))
+
+
+class Publisher:
+    """vLLM's publisher as the wire sees it: multipart (topic, 8-byte big-endian seq, msgpack
+    array-like `KVEventBatch`), connected to the endpoint watch bound. An XPUB socket, so the
+    test starts publishing only once watch's subscription arrived (no message lost to ZMQ's
+    slow-joiner window)."""
+
+    def __init__(self, endpoint: str) -> None:
+        import zmq
+
+        self.socket = zmq.Context.instance().socket(zmq.XPUB)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.connect(endpoint)
+        assert self.socket.poll(60_000), "watch never subscribed"
+        assert self.socket.recv()[:1] == b"\x01"
+
+    def batch(self, seq: int, events: list[dict[str, Any]], ts: float | None = None) -> None:
+        payload = msgspec.msgpack.encode([time.time() if ts is None else ts, events, 0])
+        self.socket.send_multipart([b"kvclaims", seq.to_bytes(8, "big"), payload])
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+def watch_zmq(tmp_path: Path, registry: Path, *extra: str) -> tuple[subprocess.Popen[str], Publisher]:
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    process = watch("--json", "--zmq", endpoint, "--registry", str(registry), *extra)
+    wait_for_line(process, '"outcome": "open"')
+    return process, Publisher(endpoint)
+
+
+def json_line(process: subprocess.Popen[str], needle: str) -> dict[str, Any]:
+    assert process.stdout is not None
+    for line in process.stdout:
+        if needle in line:
+            return dict(json.loads(line))
+    raise AssertionError(f"no {needle!r}; stderr: {process.stderr.read() if process.stderr else ''}")
+
+
+def test_a_kv_event_stream_is_checked_batch_by_batch_and_a_post_hoc_claim_fails_closed_at_once(
+    tmp_path: Path,
+) -> None:
+    from tests.refinement.test_vllm_kv_events import TOKENS, stored
+
+    process, publisher = watch_zmq(tmp_path, kv_registry(tmp_path, late_from_seq=5))
+    try:
+        publisher.batch(0, [stored([b"\x01" * 8, b"\x02" * 8], TOKENS)])
+        progress = json_line(process, '"batches"')
+        assert (progress["outcome"], progress["batches"]) == ("open", 1)
+        # claim:late's first block in batch 1, though it was registered only before batch 5
+        publisher.batch(1, [stored([b"\x03" * 8], LATE[:4])])
+        verdict = json_line(process, '"reason"')
+        seen = time.time()
+        assert verdict["outcome"] == "inconclusive"
+        assert "post-hoc claim naming" in verdict["reason"] and "claim:late" in verdict["reason"]
+        assert verdict["published_ts"] <= verdict["reported_ts"] <= seen
+        assert seen - verdict["published_ts"] < 10  # measured in the docs; generous for a loaded box
+        assert process.wait(timeout=60) == 3
+    finally:
+        publisher.close()
+        process.kill()
+
+
+@pytest.mark.parametrize(
+    ("seqs", "why"),
+    [
+        ([0, 2], "batches 1..1 are missing"),
+        ([3], "batches 0..2 were published before watch subscribed"),
+    ],
+)
+def test_a_gap_in_the_publishers_seq_fails_closed(tmp_path: Path, seqs: list[int], why: str) -> None:
+    from tests.refinement.test_vllm_kv_events import TOKENS, stored
+
+    process, publisher = watch_zmq(tmp_path, kv_registry(tmp_path))
+    try:
+        for seq in seqs:
+            publisher.batch(seq, [stored([bytes([seq + 1]) * 8], TOKENS[:4])])
+        verdict = json_line(process, '"reason"')
+        assert verdict["outcome"] == "inconclusive" and why in verdict["reason"], verdict["reason"]
+        assert process.wait(timeout=60) == 3
+    finally:
+        publisher.close()
+        process.kill()
+
+
+def test_a_message_that_is_no_kv_event_batch_is_invalid(tmp_path: Path) -> None:
+    process, publisher = watch_zmq(tmp_path, kv_registry(tmp_path))
+    try:
+        publisher.socket.send_multipart([b"kvclaims", b"\x00" * 4, b"\x90"])  # a 4-byte seq
+        verdict = json_line(process, '"reason"')
+        assert verdict["outcome"] == "invalid" and "not (topic, 8-byte seq, payload)" in verdict["reason"]
+        assert process.wait(timeout=60) == 2
+    finally:
+        publisher.close()
+        process.kill()
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["--zmq", "tcp://0.0.0.0:5557", "--registry", "r.yaml"],
+        ["--zmq", "tcp://10.1.2.3:5557", "--registry", "r.yaml"],
+        ["--zmq", "ipc:///tmp/kv", "--registry", "r.yaml"],
+        ["--zmq", "tcp://127.0.0.1:5557"],
+        ["--registry", "r.yaml", "t.ndjson"],
+        [],
+    ],
+)
+def test_kv_event_endpoints_off_loopback_and_missing_inputs_are_bad_input(
+    tmp_path: Path, arguments: list[str]
+) -> None:
+    kv_registry(tmp_path).rename(tmp_path / "r.yaml")
+    process = subprocess.run(
+        [sys.executable, "-m", "kvclaims", "watch", *arguments],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert process.returncode == 2, process.stdout + process.stderr

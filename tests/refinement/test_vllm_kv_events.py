@@ -258,3 +258,17 @@ def test_hashes_of_different_domains_are_different_blocks(
     ]
     verdict = run(tmp_path, msgpack_capture(items), registry())
     assert verdict.outcome is outcome, verdict.reason
+
+
+def test_a_first_frame_longer_than_the_detection_head_is_still_a_msgpack_capture(tmp_path: Path) -> None:
+    """Detection reads 64 KiB; a first batch larger than that (a long prompt's BlockStored, or
+    a live stream delivering it) must be read as frames, not fall through to JSON."""
+    blocks = 5000
+    big = stored([(10 + i).to_bytes(8, "big") for i in range(blocks)], [1000] * (blocks * BLOCK))
+    capture = msgpack_capture([(0, [big]), *batches()[1:]])
+    assert struct.unpack_from(">QI", capture)[1] > 1 << 16  # the first frame outgrows the head
+    claimed = stored([b"\x01" * 8, b"\x02" * 8], TOKENS)
+    verdict = run(tmp_path, msgpack_capture([(0, [big]), (1, [claimed])]), registry())
+    assert verdict.outcome is Outcome.accepted and verdict.events == 2, verdict.reason  # batches
+    cut = run(tmp_path, capture[: (1 << 16) + 100], registry())  # inside the first frame
+    assert cut.outcome is Outcome.invalid and "truncated frame" in cut.reason

@@ -370,6 +370,53 @@ def test_a_claim_operation_without_a_usable_id_says_so_plainly(tmp_path: Path) -
     assert [r["reason"] for r in rejected] == ["kvclaims_claim_id is required"]
 
 
+def test_after_the_engines_stop_signal_the_trace_closes_once_nothing_is_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vLLM's engine core asks `has_requests()` after SIGTERM / SIGINT to decide whether to
+    stop; the trace must not close while a request is still being drained, and must close (with
+    the signal's name) as soon as none is left, before vLLM's teardown."""
+    import json
+
+    from kvclaims.spec.trace import CloseReason
+    from kvclaims.vllm_binding import shutdown
+
+    running = lane(tmp_path)
+    running.add("r", tokens("a", 2))
+    path = tmp_path / "trace.ndjson"
+    assert running.scheduler.has_requests()  # no signal yet: nothing changes
+    monkeypatch.setattr(shutdown._WATCH, "engine_stopping", True)
+    monkeypatch.setattr(shutdown._WATCH, "signal", CloseReason.SIGTERM)
+    assert running.scheduler.has_requests()  # draining: still open
+    assert not running.scheduler.kvclaims.sink.closed
+    running.run()
+    assert not running.scheduler.has_requests()
+    closing = json.loads(path.read_text().splitlines()[-1])
+    assert closing["event"] == "trace_closed" and closing["reason"] == "SIGTERM"
+    assert any(json.loads(line)["event"] == "request_finished" for line in path.read_text().splitlines()[1:])
+    accepted(path)
+
+
+def test_the_signal_handlers_early_close_acts_only_on_an_idle_engine_outside_the_binding(
+    tmp_path: Path,
+) -> None:
+    """`stop_when_idle` also runs from the signal handler, between two bytecodes of the engine's
+    thread: never while a request is queued, never inside a binding entry point (a half-written
+    hand-over), at once otherwise."""
+    arbiter_lane = lane(tmp_path)
+    arbiter = arbiter_lane.scheduler.kvclaims
+    arbiter_lane.add("r", tokens("a", 2))
+    arbiter.stop_when_idle()
+    assert not arbiter.sink.closed  # a request is waiting
+    arbiter_lane.run()
+    with arbiter.entry():
+        arbiter.stop_when_idle()
+        assert not arbiter.sink.closed  # inside the binding
+    arbiter.stop_when_idle()
+    assert arbiter.sink.closed
+    accepted(tmp_path / "trace.ndjson")
+
+
 def test_the_engine_id_names_the_stream_in_its_header(tmp_path: Path) -> None:
     import json
 

@@ -80,3 +80,47 @@ def test_a_previous_handler_still_runs_and_the_engines_own_close_names_the_signa
     )
     assert result.returncode == 0, result.stderr
     assert last_event(path)["reason"] == "SIGTERM"  # vLLM's handler ran; the close names why
+
+
+def test_only_a_signal_that_reached_vllms_engine_core_handler_means_the_engine_is_stopping(
+    tmp_path: Path,
+) -> None:
+    """The scheduler closes the trace early (idle after the signal) only when the handler it
+    chained in front of is vLLM's engine-core one, which always stops the engine; a program's
+    own handler may keep serving, so there the trace stays open until a real close."""
+    script = """
+import os, signal, sys
+from kvclaims.spec.trace import TraceHeader
+from kvclaims.vllm_binding import shutdown
+from kvclaims.vllm_binding.telemetry import TraceSink
+
+def handler(number, frame):
+    pass
+handler.__module__ = sys.argv[1]
+signal.signal(signal.SIGTERM, handler)
+shutdown.guard(TraceSink.open(sys.argv[2], TraceHeader(kvclaims_trace=1, usable_blocks=8)))
+
+class Engine:
+    stopped = 0
+    def stop(self):
+        self.stopped += 1
+engine = Engine()
+shutdown.on_engine_stop(engine.stop)
+before = shutdown.engine_stopping()
+os.kill(os.getpid(), signal.SIGTERM)
+print(before, shutdown.engine_stopping(), shutdown.reason(shutdown.CloseReason.closed), engine.stopped)
+"""
+    environment = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    answers = {}
+    for module in ("vllm.v1.engine.core", "my_app"):
+        result = subprocess.run(
+            [sys.executable, "-c", script, module, str(tmp_path / f"{module}.ndjson")],
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        answers[module] = result.stdout.split()
+    assert answers["vllm.v1.engine.core"] == ["False", "True", "SIGTERM", "1"]
+    assert answers["my_app"] == ["False", "False", "SIGTERM", "0"]

@@ -43,6 +43,7 @@ from kvclaims.refinement.reader import (
     ordering_error,
     parse_error,
     push,
+    read_exactly,
 )
 from kvclaims.refinement.verdict import ErrorClass, Finding
 from kvclaims.spec.errors import InputError, Problem
@@ -530,11 +531,28 @@ def first_frame(head: bytes) -> bytes | None:
     return payload if len(payload) == length else None
 
 
+_MSGPACK_CONTAINER_MARKERS = frozenset(range(0x80, 0xA0)) | {0xDC, 0xDD, 0xDE, 0xDF}
+"""First byte of a msgpack map or array (fix, 16 and 32 forms)."""
+
+
+def first_frame_outgrows(head: bytes) -> bool:
+    """`head` starts a frame longer than itself whose length is within the cap and whose payload
+    starts as a batch does (a msgpack array or map): a long first batch, which the frame reader
+    then judges whole (detection reads only 64 KiB)."""
+    if len(head) <= FRAME_HEADER.size or head[:1] in (b"{", b"[", b" ", b"\n"):
+        return False
+    _, length = FRAME_HEADER.unpack_from(head)
+    return (
+        len(head) - FRAME_HEADER.size < length <= MAX_FRAME
+        and head[FRAME_HEADER.size] in _MSGPACK_CONTAINER_MARKERS
+    )
+
+
 def read_frames(stream: IO[bytes]) -> Iterator[tuple[int, int, bytes]]:
     """`(frame number, seq, payload)` of each frame; truncation and absurd sizes are invalid."""
     number = 0
     while True:
-        header = stream.read(FRAME_HEADER.size)
+        header = read_exactly(stream, FRAME_HEADER.size)  # a live stream reads short
         if not header:
             return
         number += 1
@@ -545,7 +563,7 @@ def read_frames(stream: IO[bytes]) -> Iterator[tuple[int, int, bytes]]:
             raise TraceInputError(
                 Finding(ErrorClass.parse, f"frame of {length} bytes exceeds the cap", line=number)
             )
-        payload = stream.read(length)
+        payload = read_exactly(stream, length)
         if len(payload) < length:
             raise TraceInputError(Finding(ErrorClass.parse, "truncated frame payload", line=number))
         yield number, seq, payload

@@ -34,6 +34,7 @@ from kvclaims.refinement.abstractions.kv_event_join import (
     Record,
     Removed,
     first_frame,
+    first_frame_outgrows,
     hash_text,
     read_frames,
     undecidable,
@@ -102,10 +103,11 @@ def _decode_payload(payload: bytes) -> _Batch | _ArrayBatch:
 
 
 def detect_msgpack(head: bytes) -> bool:
-    """A msgpack capture starts with a frame whose payload decodes as a KVEventBatch."""
+    """A msgpack capture starts with a frame whose payload decodes as a KVEventBatch (or, when
+    that frame is longer than `head`, starts as one: `first_frame_outgrows`)."""
     payload = first_frame(head)
     if payload is None:
-        return False
+        return first_frame_outgrows(head)
     try:
         _decode_payload(payload)
     except (msgspec.DecodeError, msgspec.ValidationError):
