@@ -47,7 +47,6 @@ from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading.worker import OffloadingConnectorWorker
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import OffloadingConnector
 from vllm.v1.core.sched.output import SchedulerOutput
-from vllm.v1.outputs import KVConnectorOutput
 from vllm.v1.kv_cache_interface import KVCacheConfig
 from vllm.v1.kv_offload.base import (
     CanonicalKVCaches,
@@ -57,6 +56,7 @@ from vllm.v1.kv_offload.base import (
     OffloadingWorker,
     TransferResult,
 )
+from vllm.v1.outputs import KVConnectorOutput
 
 from kvclaims.vllm_binding.cache_policy import ClaimAwareLRUPolicy
 from kvclaims.vllm_binding.faults import EXTRA_CONFIG_KEY, LoadFaultInjector, LoadFaultPlan
@@ -192,7 +192,9 @@ class ReportingWorker(OffloadingWorker):
                     self.owner.note_failed(result.job_id)
                 else:
                     self.owner.note_failed_store(result.job_id)
-                result = TransferResult(job_id=result.job_id, success=True, transfer_size=0, transfer_time=0.0)
+                result = TransferResult(
+                    job_id=result.job_id, success=True, transfer_size=0, transfer_time=0.0
+                )
             self._loads.discard(result.job_id)
             passed.append(result)
         return passed
@@ -479,8 +481,8 @@ __all__ = [
     "ClaimOffloadingMetadata",
     "ClaimWorkerMetadata",
     "FailedLoad",
-    "fail_stores",
     "ReportingWorker",
+    "fail_stores",
     "process_connector",
     "set_load_fault_plan",
 ]
