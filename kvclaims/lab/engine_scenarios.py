@@ -485,7 +485,8 @@ def store_failure(lane: EngineLane, trace: Path) -> dict[str, Any]:
     "the worker reports the claim's store 3 reports late: offloaded only after the store is confirmed",
 )
 def late_store(lane: EngineLane, trace: Path) -> dict[str, Any]:
-    return _store_fault(lane, trace, LoadFaultPlan(enabled=True, target_claim="claim:A", stores=True, late_by=3))
+    late = LoadFaultPlan(enabled=True, target_claim="claim:A", stores=True, late_by=3)
+    return _store_fault(lane, trace, late)
 
 
 # -- negative controls -------------------------------------------------------------------------
