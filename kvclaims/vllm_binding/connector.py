@@ -142,7 +142,7 @@ class ReportingWorker(OffloadingWorker):
 
     def _inject(self, job_id: int, *, store: bool) -> bool:
         """Apply the plan to a submitted job; True when it is failed (nothing is copied)."""
-        claims = self.owner.claims_of_store(job_id) if store else self.owner.claims_of_job(job_id)
+        claims = self.owner.take_store_claims(job_id) if store else self.owner.claims_of_job(job_id)
         injector = self.owner.injector
         if not injector.should_fail(claims, store=store):
             return False
@@ -236,8 +236,9 @@ class ClaimConnectorWorker(OffloadingConnectorWorker):
     def claims_of_job(self, job_id: int) -> tuple[str, ...]:
         return self._job_claims.get(job_id, ())
 
-    def claims_of_store(self, job_id: int) -> tuple[str, ...]:
-        return self._store_claims.get(job_id, ())
+    def take_store_claims(self, job_id: int) -> tuple[str, ...]:
+        """The claim tags of a store being submitted (forgotten: a job is submitted once)."""
+        return self._store_claims.pop(job_id, ())
 
     def note_injected(self, job_id: int) -> None:
         self._injected.add(job_id)
@@ -249,10 +250,10 @@ class ClaimConnectorWorker(OffloadingConnectorWorker):
         """A store did not write its chunks: reported to the scheduler with the next metadata."""
         self._failed_stores[job_id] = job_id in self._injected
         self._injected.discard(job_id)
-        self._store_claims.pop(job_id, None)
 
     def _tag_stores(self, metadata: OffloadingConnectorMetadata) -> None:
-        if isinstance(metadata, ClaimOffloadingMetadata):
+        # Only a store writer submits stores (and so takes their tags back).
+        if isinstance(metadata, ClaimOffloadingMetadata) and getattr(self, "_is_store_writer", True):
             self._store_claims.update(metadata.store_claims)
 
     def handle_preemptions(self, kv_connector_metadata: OffloadingConnectorMetadata) -> None:
@@ -277,8 +278,6 @@ class ClaimConnectorWorker(OffloadingConnectorWorker):
         for job_id in list(self._job_request):
             if job_id not in self._load_jobs and job_id not in self._failed:
                 self._forget(job_id)  # finished successfully
-        for job_id in self._connector_worker_meta.completed_jobs:
-            self._store_claims.pop(job_id, None)
         return sending, recving
 
     def _forget(self, job_id: int) -> None:

@@ -53,7 +53,7 @@ class Owner:
     def claims_of_job(self, job_id: int) -> tuple[str, ...]:
         return self.claims.get(job_id, ())
 
-    def claims_of_store(self, job_id: int) -> tuple[str, ...]:
+    def take_store_claims(self, job_id: int) -> tuple[str, ...]:
         return self.claims.get(job_id, ())
 
     def note_failed_store(self, job_id: int) -> None:
