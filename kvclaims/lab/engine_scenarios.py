@@ -466,7 +466,9 @@ def _store_fault(lane: EngineLane, trace: Path, faults: LoadFaultPlan) -> dict[s
         "harmed": [e.claim_id for e in _of(events, "resident_claim_harmed")],
         "offloaded": [e.claim_id for e in offloaded],
         "host_positions_stored": sorted(e.position for e in stored),
+        "first_store_seq": min((e.seq for e in stored), default=None),
         "last_store_seq": max((e.seq for e in stored), default=None),
+        "source_finished_seq": _of(events, "request_finished", request_id=_rid(run, "source"))[0].seq,
         "offloaded_seq": offloaded[0].seq if offloaded else None,
         "store_faults": [e.claim_id for e in _of(events, "fault_injected") if e.kind == "store_failure"],
     }

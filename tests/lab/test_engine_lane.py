@@ -380,8 +380,11 @@ def test_a_failed_store_is_attributed_and_its_claim_harmed_never_offloaded(runs:
 
 
 def test_a_late_store_is_offloaded_only_after_its_confirmation(runs: dict[str, Checked]) -> None:
+    """The store's report is held back: its host copy is confirmed only after the source
+    request finished (on time it is confirmed before), and the offload only after that."""
     run = runs["late-store"]
     n = run.numbers
     assert run.outcome == "accepted", run.reason
+    assert n["first_store_seq"] > n["source_finished_seq"], "the report was not late"
     assert n["host_positions_stored"] == [0, 1, 2, 3] and n["harmed"] == []
     assert n["offloaded"] == ["claim:A"] and n["offloaded_seq"] > n["last_store_seq"]
