@@ -1,7 +1,7 @@
-"""Claim-filtered failure injection for CPU->GPU loads (tests and failure-injection lanes).
+"""Claim-filtered failure injection for the offload worker's jobs (tests and failure-injection lanes).
 
 A `LoadFaultPlan` says which restorations the offload worker fails. It is off unless
-`enabled`; it only ever fails loads (CPU->GPU), never stores; a load restoring a claim fails
+`enabled`; it fails loads (CPU->GPU), or with `stores` only stores; a load restoring a claim fails
 only if the plan targets that claim (or every claim, when `target_claim` is unset); a load that
 restores no claim fails only with the separate `unclaimed` switch. `max_failures` bounds how
 many loads fail (a transient fault); unset, every selected load fails (a persistent fault).
@@ -26,9 +26,9 @@ EXTRA_CONFIG_KEY = "kvclaims_load_faults"
 
 @dataclass(frozen=True)
 class LoadFaultPlan:
-    """Which CPU->GPU loads fail. Invariants: disabled selects nothing; a claimed load is
-    selected only if `target_claim` is unset or among its claims; an unclaimed load only with
-    `unclaimed`."""
+    """Which CPU->GPU loads (with `stores`: GPU->CPU stores) fail or report late. Invariants:
+    disabled selects nothing; a claimed job is selected only if `target_claim` is unset or among
+    its claims; an unclaimed load only with `unclaimed`; an unclaimed store never."""
 
     enabled: bool = False
     target_claim: str | None = None
