@@ -450,6 +450,48 @@ def cpu_tier_demote(lane: EngineLane, trace: Path) -> dict[str, Any]:
     }
 
 
+# -- store faults: a failed store and a late worker -------------------------------------------
+
+
+def _store_fault(lane: EngineLane, trace: Path, faults: LoadFaultPlan) -> dict[str, Any]:
+    """Claim A over a 4-block prefix with `faults` on its stores; pressure evicts it."""
+    lane.begin(trace, faults=faults)
+    _source(lane, "source", "A", CLAIM_BLOCKS, claim("claim:A", "offloadable", CLAIM_BLOCKS))
+    _pressure(lane)
+    run = lane.end()
+    events = _events(run)
+    stored = _of(events, "block_stored", claim_id="claim:A", cache_level="cpu")
+    offloaded = _of(events, "resident_claim_offloaded", claim_id="claim:A")
+    return {
+        **_counts(events),
+        "harmed": [e.claim_id for e in _of(events, "resident_claim_harmed")],
+        "offloaded": [e.claim_id for e in offloaded],
+        "host_positions_stored": sorted(e.position for e in stored),
+        "first_store_seq": min((e.seq for e in stored), default=None),
+        "last_store_seq": max((e.seq for e in stored), default=None),
+        "source_finished_seq": _of(events, "request_finished", request_id=_rid(run, "source"))[0].seq,
+        "offloaded_seq": offloaded[0].seq if offloaded else None,
+        "store_faults": [e.claim_id for e in _of(events, "fault_injected") if e.kind == "store_failure"],
+    }
+
+
+@_scenario(
+    "store-failure",
+    "the worker's store of the claim's host copy fails: no host copy is reported, the device loss is harm",
+)
+def store_failure(lane: EngineLane, trace: Path) -> dict[str, Any]:
+    return _store_fault(lane, trace, LoadFaultPlan(enabled=True, target_claim="claim:A", stores=True))
+
+
+@_scenario(
+    "late-store",
+    "the worker reports the claim's store 3 reports late: offloaded only after the store is confirmed",
+)
+def late_store(lane: EngineLane, trace: Path) -> dict[str, Any]:
+    late = LoadFaultPlan(enabled=True, target_claim="claim:A", stores=True, late_by=3)
+    return _store_fault(lane, trace, late)
+
+
 # -- negative controls -------------------------------------------------------------------------
 
 

@@ -17,11 +17,16 @@ Everything the stock connector does is kept; three things are added:
   `get_block_ids_with_load_errors()`; its job id, request, claim tags and the monotonic time of
   the report travel back to the scheduler in `ClaimWorkerMetadata.failed_loads`, where the
   arbiter maps it to a claim-scoped outcome before vLLM's own terminal handling.
-- **Claim-filtered failure injection** (`faults`): off unless enabled, loads only, by claim.
+- **Claim-filtered failure injection** (`faults`): off unless enabled, by claim: failed or
+  late loads, or (with `stores`) failed or late stores of claimed host chunks.
 
-Stores are never failed here, and a store the worker reports failed is not masked: vLLM's own
-assertion stands, as without the binding (marking an unwritten chunk stored would hand a later
-load garbage). A store that does not fit the CPU tier is dropped by vLLM's manager, as before.
+A failed store (real or injected) is passed on as finished, so vLLM's worker does not assert
+and releases the job's fenced blocks, and is reported in `ClaimWorkerMetadata.failed_stores`;
+the scheduler side then completes it in the CPU tier's manager as failed
+(`complete_store(success=False)`: the unwritten chunks are removed, never marked stored), before
+vLLM's own completion, which then finds nothing to mark. A claim whose host copy it was to
+write has no host copy: it is never reported offloaded on it. A store that does not fit the
+CPU tier is dropped by vLLM's manager, as before.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ from vllm.v1.kv_offload.base import (
     OffloadingWorker,
     TransferResult,
 )
+from vllm.v1.outputs import KVConnectorOutput
 
 from kvclaims.vllm_binding.cache_policy import ClaimAwareLRUPolicy
 from kvclaims.vllm_binding.faults import EXTRA_CONFIG_KEY, LoadFaultInjector, LoadFaultPlan
@@ -103,60 +109,100 @@ class ClaimWorkerMetadata(OffloadingWorkerMetadata):
     """vLLM's worker metadata plus the loads that failed (a failed load is also completed)."""
 
     failed_loads: dict[int, FailedLoad] = field(default_factory=dict)
+    failed_stores: dict[int, bool] = field(default_factory=dict)
+    """Store job id -> whether its failure was injected (a failed store is also completed)."""
 
     def aggregate(self, other: Any) -> ClaimWorkerMetadata:
         merged = super().aggregate(other)
         assert isinstance(merged, OffloadingWorkerMetadata)
+        stores = dict(self.failed_stores)
+        for job_id, injected in getattr(other, "failed_stores", {}).items():
+            stores[job_id] = stores.get(job_id, False) or injected
         return ClaimWorkerMetadata(
             completed_jobs=merged.completed_jobs,
             transfer_stats=merged.transfer_stats,
             failed_loads={**self.failed_loads, **getattr(other, "failed_loads", {})},
+            failed_stores=stores,
         )
 
 
 class ReportingWorker(OffloadingWorker):
-    """Wraps the spec's offload worker: injects planned load failures and reports every failed
-    transfer to its connector worker instead of letting vLLM's assertion kill the engine."""
+    """Wraps the spec's offload worker: injects planned failures and late reports, and reports
+    every failed transfer to its connector worker instead of letting vLLM's assertion kill the
+    engine. Invariant: a late result is held for at most `late_by` calls of `get_finished`."""
 
     def __init__(self, inner: OffloadingWorker, owner: ClaimConnectorWorker) -> None:
         self.inner = inner
         self.owner = owner
         self._injected: list[TransferResult] = []
         self._loads: set[int] = set()
+        self._late: dict[int, int] = {}
+        """Job id -> worker reports its completion is still held back (injected lateness)."""
+        self._held: dict[int, TransferResult] = {}
+
+    def _inject(self, job_id: int, *, store: bool) -> bool:
+        """Apply the plan to a submitted job; True when it is failed (nothing is copied)."""
+        claims = self.owner.take_store_claims(job_id) if store else self.owner.claims_of_job(job_id)
+        injector = self.owner.injector
+        if not injector.should_fail(claims, store=store):
+            return False
+        if injector.plan.late_by is not None:
+            self._late[job_id] = injector.plan.late_by
+            return False
+        self.owner.note_injected(job_id)
+        self._injected.append(TransferResult(job_id=job_id, success=False))
+        return True
 
     def submit_store(self, job_id: int, src_spec: GPULoadStoreSpec, dst_spec: LoadStoreSpec) -> bool:
+        if self._inject(job_id, store=True):
+            return True  # submitted, and will finish as failed: no bytes were copied
         return self.inner.submit_store(job_id, src_spec, dst_spec)
 
     def submit_load(
         self, job_id: int, src_spec: LoadStoreSpec, dst_spec: GPULoadStoreSpec, expedited: bool = False
     ) -> bool:
         self._loads.add(job_id)
-        if self.owner.injector.should_fail(self.owner.claims_of_job(job_id)):
-            self.owner.note_injected(job_id)
-            self._injected.append(TransferResult(job_id=job_id, success=False))
+        if self._inject(job_id, store=False):
             return True  # submitted, and will finish as failed: no bytes were copied
         # vLLM 0.33 added `expedited`; a 0.32 worker never sees the argument.
         if expedited:
             return self.inner.submit_load(job_id, src_spec, dst_spec, expedited=True)
         return self.inner.submit_load(job_id, src_spec, dst_spec)
 
+    def _due(self, results: list[TransferResult]) -> list[TransferResult]:
+        """Hold back the results of late jobs; release those whose lateness has run out."""
+        for result in results:
+            self._held[result.job_id] = result
+        due = [r for job_id, r in self._held.items() if self._late.get(job_id, 0) <= 0]
+        for result in due:
+            self._held.pop(result.job_id)
+            self._late.pop(result.job_id, None)
+        for job_id in self._late:
+            self._late[job_id] -= 1
+        return due
+
     def get_finished(self) -> list[TransferResult]:
-        results = [*self.inner.get_finished(), *self._injected]
+        results = self._due([*self.inner.get_finished(), *self._injected])
         self._injected.clear()
         passed = []
         for result in results:
-            if result.job_id in self._loads:
-                self._loads.discard(result.job_id)
-                if not result.success:
-                    # vLLM's connector worker asserts success; the failure is reported separately.
+            if not result.success:
+                # vLLM's connector worker asserts success; the failure is reported separately.
+                if result.job_id in self._loads:
                     self.owner.note_failed(result.job_id)
-                    result = TransferResult(
-                        job_id=result.job_id, success=True, transfer_size=0, transfer_time=0.0
-                    )
+                else:
+                    self.owner.note_failed_store(result.job_id)
+                result = TransferResult(
+                    job_id=result.job_id, success=True, transfer_size=0, transfer_time=0.0
+                )
+            self._loads.discard(result.job_id)
             passed.append(result)
         return passed
 
     def wait(self, job_ids: set[int]) -> None:
+        """vLLM blocks on these jobs (a fence before block reuse): none of them stays late."""
+        for job_id in job_ids:
+            self._late.pop(job_id, None)
         self.inner.wait(job_ids)
 
     def shutdown(self) -> None:
@@ -181,6 +227,8 @@ class ClaimConnectorWorker(OffloadingConnectorWorker):
         self._injected: set[int] = set()
         self._failed: list[int] = []
         self._reported: dict[int, FailedLoad] = {}
+        self._store_claims: dict[int, tuple[str, ...]] = {}
+        self._failed_stores: dict[int, bool] = {}
 
     def _init_worker(self, kv_caches: CanonicalKVCaches) -> None:
         self.worker = ReportingWorker(self.spec.get_worker(kv_caches), self)
@@ -188,11 +236,33 @@ class ClaimConnectorWorker(OffloadingConnectorWorker):
     def claims_of_job(self, job_id: int) -> tuple[str, ...]:
         return self._job_claims.get(job_id, ())
 
+    def take_store_claims(self, job_id: int) -> tuple[str, ...]:
+        """The claim tags of a store being submitted (forgotten: a job is submitted once)."""
+        return self._store_claims.pop(job_id, ())
+
     def note_injected(self, job_id: int) -> None:
         self._injected.add(job_id)
 
     def note_failed(self, job_id: int) -> None:
         self._failed.append(job_id)
+
+    def note_failed_store(self, job_id: int) -> None:
+        """A store did not write its chunks: reported to the scheduler with the next metadata."""
+        self._failed_stores[job_id] = job_id in self._injected
+        self._injected.discard(job_id)
+
+    def _tag_stores(self, metadata: OffloadingConnectorMetadata) -> None:
+        # Only a store writer submits stores (and so takes their tags back).
+        if isinstance(metadata, ClaimOffloadingMetadata) and getattr(self, "_is_store_writer", True):
+            self._store_claims.update(metadata.store_claims)
+
+    def handle_preemptions(self, kv_connector_metadata: OffloadingConnectorMetadata) -> None:
+        self._tag_stores(kv_connector_metadata)  # flushed stores are submitted here
+        super().handle_preemptions(kv_connector_metadata)
+
+    def prepare_store_kv(self, metadata: OffloadingConnectorMetadata) -> None:
+        self._tag_stores(metadata)
+        super().prepare_store_kv(metadata)
 
     def start_kv_transfers(self, metadata: OffloadingConnectorMetadata) -> None:
         tags = metadata.load_claims if isinstance(metadata, ClaimOffloadingMetadata) else {}
@@ -238,14 +308,16 @@ class ClaimConnectorWorker(OffloadingConnectorWorker):
 
     def build_connector_worker_meta(self) -> OffloadingWorkerMetadata | None:
         base = super().build_connector_worker_meta()
-        if base is None and not self._reported:
+        if base is None and not self._reported and not self._failed_stores:
             return None
         meta = ClaimWorkerMetadata(
             completed_jobs=base.completed_jobs if base else {},
             transfer_stats=base.transfer_stats if base else TransferStats(),
             failed_loads=self._reported,
+            failed_stores=self._failed_stores,
         )
         self._reported = {}
+        self._failed_stores = {}
         return meta
 
 
@@ -274,6 +346,8 @@ class ClaimOffloadingConnector(OffloadingConnector):
             raise ValueError(f"kvclaims: {problem}")
         super().__init__(vllm_config, role, kv_cache_config)
         self._directory: ClaimDirectory | None = None
+        self._failed_stores: set[int] = set()
+        """Store jobs some worker reported failed, until vLLM completes them."""
         if self.connector_worker is not None:
             extra = vllm_config.kv_transfer_config.kv_connector_extra_config  # type: ignore[union-attr]
             plan = LoadFaultPlan.from_mapping(extra.get(EXTRA_CONFIG_KEY))
@@ -334,6 +408,17 @@ class ClaimOffloadingConnector(OffloadingConnector):
             store_claims=stores,
         )
 
+    def update_connector_output(self, connector_output: KVConnectorOutput) -> None:
+        """vLLM's completion bookkeeping, after the failed stores it completes now are
+        completed as failed in the CPU tier (their unwritten chunks removed, never marked
+        stored; vLLM's own `complete_store` then finds nothing to mark)."""
+        meta = connector_output.kv_connector_worker_meta
+        if isinstance(meta, ClaimWorkerMetadata):
+            self._failed_stores.update(meta.failed_stores)
+        if isinstance(meta, OffloadingWorkerMetadata) and self._failed_stores:
+            fail_stores(self.scheduler, self._failed_stores, meta.completed_jobs)
+        super().update_connector_output(connector_output)
+
     # -- worker side ------------------------------------------------------------------------
 
     def get_block_ids_with_load_errors(self) -> set[int]:
@@ -344,6 +429,22 @@ class ClaimOffloadingConnector(OffloadingConnector):
         """Replace the worker's failure-injection plan (restarting its failure count)."""
         assert isinstance(self.connector_worker, ClaimConnectorWorker)
         self.connector_worker.injector.set_plan(plan)
+
+
+def fail_stores(scheduler: Any, failed: set[int], completed: Mapping[int, int]) -> None:
+    """Complete as failed, in vLLM 0.32's offloading scheduler `scheduler`, each store job of
+    `failed` whose last worker report is in `completed` (job id -> reports); those leave
+    `failed`. A job another worker still writes stays pending (its chunks are not freed)."""
+    for job_id in sorted(failed & completed.keys()):
+        status = scheduler._jobs.get(job_id)
+        if status is None:
+            failed.discard(job_id)  # a stale job (before a reset): vLLM skips it too
+            continue
+        if status.pending_count > completed[job_id]:
+            continue
+        context = scheduler._req_status[status.req_id].req_context
+        scheduler.manager.complete_store(status.keys, context, success=False)
+        failed.discard(job_id)
 
 
 def process_connector(kind: type[C], name: str) -> C:
@@ -380,6 +481,7 @@ __all__ = [
     "ClaimWorkerMetadata",
     "FailedLoad",
     "ReportingWorker",
+    "fail_stores",
     "process_connector",
     "set_load_fault_plan",
 ]

@@ -1,10 +1,14 @@
-"""Claim-filtered failure injection for CPU->GPU loads (tests and failure-injection lanes).
+"""Claim-filtered failure injection for the offload worker's jobs (tests and failure-injection lanes).
 
 A `LoadFaultPlan` says which restorations the offload worker fails. It is off unless
-`enabled`; it only ever fails loads (CPU->GPU), never stores; a load restoring a claim fails
+`enabled`; it fails loads (CPU->GPU), or with `stores` only stores; a load restoring a claim fails
 only if the plan targets that claim (or every claim, when `target_claim` is unset); a load that
 restores no claim fails only with the separate `unclaimed` switch. `max_failures` bounds how
 many loads fail (a transient fault); unset, every selected load fails (a persistent fault).
+With `stores` the plan selects stores (GPU->CPU copies of the targeted claims' host chunks; a
+store writing no claim's chunk is never selected) instead of loads. With `late_by` a selected
+transfer is not failed: it runs, and its completion reaches vLLM `late_by` worker reports late
+(a slow worker; bounded: it is always released then, or at once when vLLM waits for it).
 
 The plan travels as plain data: `kv_connector_extra_config["kvclaims_load_faults"]` at start-up,
 or `set_load_fault_plan` through `LLM.collective_rpc` while the engine runs. No vLLM import.
@@ -13,7 +17,7 @@ or `set_load_fault_plan` through `LLM.collective_rpc` while the engine runs. No 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 EXTRA_CONFIG_KEY = "kvclaims_load_faults"
@@ -22,16 +26,20 @@ EXTRA_CONFIG_KEY = "kvclaims_load_faults"
 
 @dataclass(frozen=True)
 class LoadFaultPlan:
-    """Which CPU->GPU loads fail. Invariants: disabled selects nothing; a claimed load is
-    selected only if `target_claim` is unset or among its claims; an unclaimed load only with
-    `unclaimed`."""
+    """Which CPU->GPU loads (with `stores`: GPU->CPU stores) fail or report late. Invariants:
+    disabled selects nothing; a claimed job is selected only if `target_claim` is unset or among
+    its claims; an unclaimed load only with `unclaimed`; an unclaimed store never."""
 
     enabled: bool = False
     target_claim: str | None = None
     unclaimed: bool = False
     max_failures: int | None = None
+    stores: bool = False
+    late_by: int | None = None
 
     def __post_init__(self) -> None:
+        if self.late_by is not None and self.late_by < 1:
+            raise ValueError("late_by must be at least 1 worker report (or unset for a failure)")
         if self.max_failures is not None and self.max_failures < 1:
             raise ValueError("max_failures must be at least 1 (or unset for a persistent fault)")
         if self.target_claim is not None and not self.target_claim:
@@ -55,18 +63,26 @@ class LoadFaultPlan:
             return cls()
         if not isinstance(data, Mapping):
             raise ValueError(f"{EXTRA_CONFIG_KEY} must be a mapping, got {type(data).__name__}")
-        unknown = sorted(set(data) - {"enabled", "target_claim", "unclaimed", "max_failures"})
+        unknown = sorted(set(data) - {f.name for f in fields(cls)})
         if unknown:
             raise ValueError(f"{EXTRA_CONFIG_KEY}: unknown keys {unknown}")
         enabled, unclaimed = data.get("enabled", False), data.get("unclaimed", False)
         target, limit = data.get("target_claim"), data.get("max_failures")
-        if type(enabled) is not bool or type(unclaimed) is not bool:
-            raise ValueError(f"{EXTRA_CONFIG_KEY}: enabled and unclaimed must be booleans")
         if target is not None and not isinstance(target, str):
             raise ValueError(f"{EXTRA_CONFIG_KEY}: target_claim must be a string")
-        if limit is not None and type(limit) is not int:
-            raise ValueError(f"{EXTRA_CONFIG_KEY}: max_failures must be an integer")
-        return cls(enabled=enabled, target_claim=target, unclaimed=unclaimed, max_failures=limit)
+        stores, late = data.get("stores", False), data.get("late_by")
+        if type(enabled) is not bool or type(unclaimed) is not bool or type(stores) is not bool:
+            raise ValueError(f"{EXTRA_CONFIG_KEY}: enabled, unclaimed and stores must be booleans")
+        if any(v is not None and type(v) is not int for v in (limit, late)):
+            raise ValueError(f"{EXTRA_CONFIG_KEY}: max_failures and late_by must be integers")
+        return cls(
+            enabled=enabled,
+            target_claim=target,
+            unclaimed=unclaimed,
+            max_failures=limit,
+            stores=stores,
+            late_by=late,
+        )
 
 
 class LoadFaultInjector:
@@ -81,10 +97,11 @@ class LoadFaultInjector:
         self.plan = plan
         self.failures = 0
 
-    def should_fail(self, claim_ids: Collection[str]) -> bool:
-        """Decide (and count) one load restoring `claim_ids`."""
+    def should_fail(self, claim_ids: Collection[str], *, store: bool = False) -> bool:
+        """Decide (and count) one load restoring `claim_ids` (a store writing their host
+        copies, with `store`)."""
         plan = self.plan
-        if not plan.selects(claim_ids):
+        if plan.stores is not store or (store and not claim_ids) or not plan.selects(claim_ids):
             return False
         if plan.max_failures is not None and self.failures >= plan.max_failures:
             return False

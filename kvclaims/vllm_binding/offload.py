@@ -10,7 +10,9 @@ Semantics for an accepted `offloadable` claim (DESIGN 2.1, 6; seed 000 paths A-C
   checks for identity but never counts toward the device predicate.
 - **Offloaded**: when the device loses a block that breaks its predicate and the CPU tier holds
   every chunk the predicate needs, `resident_claim_offloaded(tier=cpu)` is reported before the
-  removals. Without a complete host copy the same loss is harm.
+  removals. Without a complete host copy the same loss is harm: a store that failed (its chunks
+  are removed), one whose worker has not yet reported it (its chunks are pending, not ready),
+  or one the full tier dropped leaves no host copy; only a store every worker confirmed counts.
 - **Restore required**: when vLLM schedules a load carrying the claim's predicate blocks for a
   request (the claim is the load's claim tag), the request is reported admitted and
   `resident_claim_restore_required(claim, request)` follows, once per (claim, request).
@@ -196,6 +198,16 @@ class ClaimOffload:
                 position=position,
             )
 
+    def _store_failed(self, job_id: int, *, injected: bool) -> None:
+        """A worker did not write the job's chunks: no host copy is reported for them (the
+        connector removes them from the CPU tier), so a claim they were for stays as it is on
+        the device, and a later device loss of its predicate is harm, not an offload."""
+        self._reports.pop(job_id, None)
+        copied = self._stores.pop(job_id, ())
+        if injected:
+            for claim_id in sorted({claim for claim, _, _ in copied}):
+                self.arbiter.note_fault("store_failure", claim_id=claim_id)
+
     # -- after schedule(): admissions and restore_required ---------------------------------
 
     def after_schedule(self) -> None:
@@ -238,8 +250,13 @@ class ClaimOffload:
         for job_id, failure in failed.items():
             self._reports.pop(job_id, None)
             self._load_failed(job_id, failure, received)
+        failed_stores: dict[int, bool] = getattr(meta, "failed_stores", {})
+        for job_id, injected in sorted(failed_stores.items()):
+            self._store_failed(job_id, injected=injected)
         for job_id, count in meta.completed_jobs.items():
-            if job_id in failed or (job_id not in self.ledger.jobs and job_id not in self._stores):
+            if job_id in failed or job_id in failed_stores:
+                continue
+            if job_id not in self.ledger.jobs and job_id not in self._stores:
                 continue
             reported = self._reports.get(job_id, 0) + count
             if reported < self.connector.num_workers:

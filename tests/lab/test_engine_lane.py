@@ -384,3 +384,24 @@ def test_an_offload_precedes_the_removal_of_a_block_it_shares_with_another_claim
     assert all(offload.seq < e.seq for e in removals)
     verdict = check_trace(trace)
     assert verdict.outcome == "accepted", verdict.reason
+
+
+def test_a_failed_store_is_attributed_and_its_claim_harmed_never_offloaded(runs: dict[str, Checked]) -> None:
+    """The worker's store of claim A's host copy fails (injected): vLLM's engine stays up, no
+    host copy is reported, the fault names the claim and the later device loss is harm."""
+    run = runs["store-failure"]
+    n = run.numbers
+    assert run.outcome == "accepted", run.reason
+    assert n["store_faults"] == ["claim:A"] and n["host_positions_stored"] == []
+    assert n["offloaded"] == [] and n["harmed"] == ["claim:A"]
+
+
+def test_a_late_store_is_offloaded_only_after_its_confirmation(runs: dict[str, Checked]) -> None:
+    """The store's report is held back: its host copy is confirmed only after the source
+    request finished (on time it is confirmed before), and the offload only after that."""
+    run = runs["late-store"]
+    n = run.numbers
+    assert run.outcome == "accepted", run.reason
+    assert n["first_store_seq"] > n["source_finished_seq"], "the report was not late"
+    assert n["host_positions_stored"] == [0, 1, 2, 3] and n["harmed"] == []
+    assert n["offloaded"] == ["claim:A"] and n["offloaded_seq"] > n["last_store_seq"]

@@ -22,8 +22,10 @@ class Inner:
         self.failing = failing
         self.done: list[Any] = []
         self.loads: list[int] = []
+        self.stores: list[int] = []
 
     def submit_store(self, job_id: int, src: Any, dst: Any) -> bool:
+        self.stores.append(job_id)
         self.done.append(self._result(job_id, True, 64, 0.0))
         return True
 
@@ -46,9 +48,16 @@ class Owner:
         self.claims = claims
         self.injected: list[int] = []
         self.failed: list[int] = []
+        self.failed_stores: list[int] = []
 
     def claims_of_job(self, job_id: int) -> tuple[str, ...]:
         return self.claims.get(job_id, ())
+
+    def take_store_claims(self, job_id: int) -> tuple[str, ...]:
+        return self.claims.get(job_id, ())
+
+    def note_failed_store(self, job_id: int) -> None:
+        self.failed_stores.append(job_id)
 
     def note_injected(self, job_id: int) -> None:
         self.injected.append(job_id)
@@ -113,17 +122,58 @@ def test_a_real_copy_failure_is_recorded_instead_of_killing_the_engine() -> None
     assert owner.failed == [5] and owner.injected == []
 
 
-def test_a_failed_store_is_not_masked() -> None:
-    """Only loads have a reported failure path; a store the worker says failed is passed on
-    as failed, so vLLM's own assertion stands (an unwritten chunk is never marked stored)."""
+def test_a_failed_store_is_reported_as_failed_and_passed_on_as_done() -> None:
+    """A store the worker says failed is reported as a failed store (not a failed load), and
+    passed on as done with nothing copied, so vLLM's worker neither asserts nor waits on it."""
     from kvclaims.vllm_binding.connector import ReportingWorker
 
     inner = Inner(failing=set())
     inner.done.append(inner._result(9, False, 0, 0.0))  # a store that failed
     owner = Owner(LoadFaultPlan(), {})
     worker = ReportingWorker(inner, owner)  # type: ignore[arg-type]
-    assert [(r.job_id, r.success) for r in worker.get_finished()] == [(9, False)]
-    assert owner.failed == []
+    assert [(r.job_id, r.success, r.transfer_size) for r in worker.get_finished()] == [(9, True, 0)]
+    assert owner.failed_stores == [9] and owner.failed == []
+
+
+def test_an_injected_store_failure_selects_only_stores_of_the_target_claim() -> None:
+    from kvclaims.vllm_binding.connector import ReportingWorker
+
+    inner = Inner(failing=set())
+    plan = LoadFaultPlan(enabled=True, target_claim="claim:A", stores=True)
+    owner = Owner(plan, {1: ("claim:A",), 2: ("claim:B",), 3: (), 4: ("claim:A",)})
+    worker = ReportingWorker(inner, owner)  # type: ignore[arg-type]
+    for job in (1, 2, 3):
+        assert worker.submit_store(job, None, None)
+    assert worker.submit_load(4, None, None)
+    results = {r.job_id: r for r in worker.get_finished()}
+    assert sorted(results) == [1, 2, 3, 4] and all(r.success for r in results.values())
+    assert inner.stores == [2, 3] and inner.loads == [4], "the load was not failed"
+    assert results[1].transfer_size == 0 and results[2].transfer_size == 64
+    assert owner.failed_stores == [1] and owner.injected == [1] and owner.failed == []
+
+
+def test_a_late_store_is_reported_exactly_late_by_reports_later() -> None:
+    """A late worker: the store's completion is held for `late_by` reports, then released."""
+    from kvclaims.vllm_binding.connector import ReportingWorker
+
+    plan = LoadFaultPlan(enabled=True, stores=True, late_by=3)
+    worker = ReportingWorker(Inner(failing=set()), Owner(plan, {1: ("claim:A",), 2: ()}))  # type: ignore[arg-type]
+    worker.submit_store(1, None, None)
+    worker.submit_store(2, None, None)
+    reports = [[r.job_id for r in worker.get_finished()] for _ in range(5)]
+    assert reports == [[2], [], [], [1], []]
+
+
+def test_a_late_job_vllm_waits_for_is_released_at_once() -> None:
+    """vLLM's fence (`wait` before block reuse) never blocks on an injected lateness."""
+    from kvclaims.vllm_binding.connector import ReportingWorker
+
+    plan = LoadFaultPlan(enabled=True, stores=True, late_by=100)
+    worker = ReportingWorker(Inner(failing=set()), Owner(plan, {1: ("claim:A",)}))  # type: ignore[arg-type]
+    worker.submit_store(1, None, None)
+    assert worker.get_finished() == []
+    worker.wait({1})
+    assert [r.job_id for r in worker.get_finished()] == [1]
 
 
 def test_worker_metadata_merges_failed_loads_of_every_worker() -> None:

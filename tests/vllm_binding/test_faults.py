@@ -49,6 +49,10 @@ def test_a_persistent_fault_never_stops() -> None:
         {"enabled": True, "max_failures": 1.5},
         {"enabled": True, "surprise": 1},
         {"enabled": True, "target_claim": ""},
+        {"enabled": True, "stores": 1},
+        {"enabled": True, "late_by": 0},
+        {"enabled": True, "late_by": True},
+        {"enabled": True, "late_by": "3"},
     ],
 )
 def test_malformed_plans_are_refused(data: object) -> None:
@@ -59,4 +63,15 @@ def test_malformed_plans_are_refused(data: object) -> None:
 def test_a_plan_round_trips_through_plain_data() -> None:
     plan = LoadFaultPlan(enabled=True, target_claim="claim:A", unclaimed=True, max_failures=3)
     assert LoadFaultPlan.from_mapping(plan.to_dict()) == plan
+    late = LoadFaultPlan(enabled=True, stores=True, late_by=2)
+    assert LoadFaultPlan.from_mapping(late.to_dict()) == late
     assert LoadFaultPlan.from_mapping(None) == LoadFaultPlan()
+
+
+def test_a_store_plan_selects_only_claimed_stores_and_never_a_load() -> None:
+    injector = LoadFaultInjector(LoadFaultPlan(enabled=True, stores=True, unclaimed=True))
+    assert not injector.should_fail(["claim:A"]), "a store plan fails no load"
+    assert not injector.should_fail([], store=True), "a store writing no claim's chunk is never selected"
+    assert injector.should_fail(["claim:A"], store=True) and injector.failures == 1
+    loads = LoadFaultInjector(LoadFaultPlan(enabled=True))
+    assert not loads.should_fail(["claim:A"], store=True), "a load plan fails no store"
