@@ -67,8 +67,7 @@ from kvclaims.cli._common import (
     stdout_console,
 )
 from kvclaims.refinement import fanout
-from kvclaims.refinement.fleet import ROUTER_FORMAT, ROUTER_FORMATS, check_fleet
-from kvclaims.refinement.sources import AUTO, FORMATS
+from kvclaims.refinement.sources import AUTO, FORMATS, ROUTER_FORMAT, ROUTER_FORMATS
 from kvclaims.spec.errors import InputError, Problem
 from kvclaims.spec.tables import KV_EVENT_FORMATS
 
@@ -199,6 +198,8 @@ _NOT_WITH_FLEET = ("registry", "open", "strict", "evidence_out", "ray")
 
 def _run_fleet(args: argparse.Namespace) -> int:
     from rich.markup import escape
+
+    from kvclaims.refinement.fleet import check_fleet
 
     given = [f"--{name.replace('_', '-')}" for name in _NOT_WITH_FLEET if getattr(args, name)]
     if args.router_claims is not None and args.router_format == ROUTER_FORMAT:
