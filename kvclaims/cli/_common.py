@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from enum import IntEnum
@@ -103,6 +104,22 @@ def runs(run: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
         return run(argparse.Namespace(**options))
 
     return callback
+
+
+def is_terminal(stream: Any) -> bool:
+    """Whether rich treats `stream` as a terminal, decided without importing rich (so a piped
+    `check` never loads it): rich's rule, TTY_COMPATIBLE=0/1 first, then a set FORCE_COLOR
+    (non-empty: a terminal), then the stream's isatty."""
+    compatible = os.environ.get("TTY_COMPATIBLE", "")
+    if compatible in ("0", "1"):
+        return compatible == "1"
+    force = os.environ.get("FORCE_COLOR")
+    if force is not None:
+        return force != ""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
 
 
 def stdout_console() -> Console:
