@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from enum import IntEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from kvclaims.spec.errors import Problem
+
+if TYPE_CHECKING:  # rich is imported where output is rendered: `check`'s verdict path stays light
+    from rich.console import Console
+    from rich.table import Table
 
 
 class Exit(IntEnum):
@@ -104,16 +106,38 @@ def runs(run: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
     return callback
 
 
+def is_terminal(stream: Any) -> bool:
+    """Whether rich treats `stream` as a terminal, decided without importing rich (so a piped
+    `check` never loads it): rich's rule, TTY_COMPATIBLE=0/1 first, then a set FORCE_COLOR
+    (non-empty: a terminal), then the stream's isatty."""
+    compatible = os.environ.get("TTY_COMPATIBLE", "")
+    if compatible in ("0", "1"):
+        return compatible == "1"
+    force = os.environ.get("FORCE_COLOR")
+    if force is not None:
+        return force != ""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
 def stdout_console() -> Console:
+    from rich.console import Console
+
     return Console(highlight=False, soft_wrap=True)
 
 
 def stderr_console() -> Console:
+    from rich.console import Console
+
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def print_problems(problems: Iterable[Problem]) -> None:
     """Bad input, one located problem per line, on stderr."""
+    from rich.markup import escape
+
     console = stderr_console()
     for problem in problems:
         console.print(f"[bold red]error:[/] {escape(problem.render())}")
@@ -121,6 +145,8 @@ def print_problems(problems: Iterable[Problem]) -> None:
 
 def note_skipped_descriptor(path: Path) -> None:
     """`load_descriptors`' `on_skip` for the commands: one note on stderr naming the file."""
+    from rich.markup import escape
+
     from kvclaims.spec.descriptor import NOT_A_DESCRIPTOR
 
     stderr_console().print(f"note: {escape(str(path))}: {NOT_A_DESCRIPTOR}")
@@ -172,6 +198,8 @@ def print_table(
 def terminal_table(
     title: str, columns: Sequence[str], rows: Iterable[Sequence[str]], *, keys: Sequence[str] = ()
 ) -> Table:
+    from rich.table import Table
+
     key_columns = set(keys or columns[:1])
     table = Table(title=title, title_justify="left")
     for column in columns:
@@ -185,5 +213,7 @@ def terminal_table(
 
 
 def _styled(cell: str) -> str:
+    from rich.markup import escape
+
     style = LABEL_STYLES.get(cell)
     return f"[{style}]{cell}[/]" if style else escape(cell)

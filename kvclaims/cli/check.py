@@ -58,6 +58,7 @@ import click
 
 from kvclaims.cli._common import (
     PathType,
+    is_terminal,
     jobs_option,
     json_option,
     print_json_lines,
@@ -67,8 +68,7 @@ from kvclaims.cli._common import (
     stdout_console,
 )
 from kvclaims.refinement import fanout
-from kvclaims.refinement.fleet import ROUTER_FORMAT, ROUTER_FORMATS, check_fleet
-from kvclaims.refinement.sources import AUTO, FORMATS
+from kvclaims.refinement.sources import AUTO, FORMATS, ROUTER_FORMAT, ROUTER_FORMATS
 from kvclaims.spec.errors import InputError, Problem
 from kvclaims.spec.tables import KV_EVENT_FORMATS
 
@@ -200,6 +200,8 @@ _NOT_WITH_FLEET = ("registry", "open", "strict", "evidence_out", "ray")
 def _run_fleet(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
+    from kvclaims.refinement.fleet import check_fleet
+
     given = [f"--{name.replace('_', '-')}" for name in _NOT_WITH_FLEET if getattr(args, name)]
     if args.router_claims is not None and args.router_format == ROUTER_FORMAT:
         given.append("--router-claims")
@@ -328,8 +330,7 @@ class _count_progress:
         self._bar: Any = None
 
     def __enter__(self) -> Callable[[], None] | None:
-        console = stderr_console()
-        if not console.is_terminal or self._total < PROGRESS_MIN_TRACES:
+        if not is_terminal(sys.stderr) or self._total < PROGRESS_MIN_TRACES:
             return None
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
@@ -338,7 +339,7 @@ class _count_progress:
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
-            console=console,
+            console=stderr_console(),
             transient=True,
         )
         self._bar.start()
@@ -360,12 +361,11 @@ class _progress:
         self._bar: Any = None
 
     def __enter__(self) -> Any:
-        console = stderr_console()
         try:
             size = self._path.stat().st_size
         except OSError:
             return None
-        if not self._alone or not console.is_terminal or size < PROGRESS_MIN_BYTES:
+        if not self._alone or not is_terminal(sys.stderr) or size < PROGRESS_MIN_BYTES:
             return None
         from rich.progress import (
             BarColumn,
@@ -381,7 +381,7 @@ class _progress:
             DownloadColumn(),
             TransferSpeedColumn(),
             TimeRemainingColumn(),
-            console=console,
+            console=stderr_console(),
             transient=True,
         )
         self._bar.start()
@@ -394,10 +394,14 @@ class _progress:
 
 
 def print_one(verdict: Any, console: Any = None) -> None:
-    """The shared plain-text rendering (`kvclaims.refinement.rendering`), the outcome coloured."""
-    from rich.markup import escape
-
+    """The shared plain-text rendering (`kvclaims.refinement.rendering`), the outcome coloured
+    on a terminal (by default stdout; piped: the plain lines, without importing rich)."""
     from kvclaims.refinement.rendering import OFFENDING_MARKER, verdict_lines
+
+    if console is None and not is_terminal(sys.stdout):
+        sys.stdout.write("".join(f"{line}\n" for line in verdict_lines(verdict)))
+        return
+    from rich.markup import escape
 
     console = console or stdout_console()
     outcome = verdict.outcome.value

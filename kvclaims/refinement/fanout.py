@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -108,6 +107,8 @@ def stream(
 def _in_processes(
     work: Callable[[Unit], R], units: Sequence[Unit], workers: int, on_done: Callable[[], None] | None
 ) -> Iterator[R]:
+    from concurrent.futures import ProcessPoolExecutor  # multiprocessing: only for a pool
+
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = [pool.submit(work, unit) for unit in units]
         try:

@@ -47,6 +47,7 @@ from kvclaims.refinement.reader import (
     read_lines,
     validated_document,
 )
+from kvclaims.refinement.sources import ROUTER_FORMAT, ROUTER_FORMATS
 from kvclaims.refinement.verdict import (
     RULE_ERROR_CLASS,
     Counterexample,
@@ -67,10 +68,6 @@ from kvclaims.spec.trace import (
 from kvclaims.spec.vocabulary import AnchorKind, EvidenceScope, EvidenceStatus, Obligation
 from kvclaims.statemachine import routing
 from kvclaims.statemachine.system import Violation
-
-ROUTER_FORMAT = "kvclaims-v1-router"
-ROUTER_FORMATS: tuple[str, ...] = (ROUTER_FORMAT, dynamo_router.FORMAT)
-"""The routing hook's trace v1 stream, or NVIDIA Dynamo's KV router decisions."""
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ import msgspec
 
 from kvclaims.refinement.abstractions import (
     blockpool,
+    dynamo_router,
     kvclaims_v1,
     offload_hook,
     pydev_connector,
@@ -86,6 +87,11 @@ _KV_EVENTS: dict[str, type[KvEventStream]] = {
 
 FORMATS: tuple[str, ...] = (kvclaims_v1.FORMAT, *_FOREIGN, *_KV_EVENTS)
 """Every `--format` name, `auto` aside."""
+
+ROUTER_FORMAT = "kvclaims-v1-router"
+ROUTER_FORMATS: tuple[str, ...] = (ROUTER_FORMAT, dynamo_router.FORMAT)
+"""`check --fleet`'s router streams: the routing hook's trace v1 stream, or NVIDIA Dynamo's KV
+router decisions (here, with the other format names, so the command line needs no fleet code)."""
 
 
 class ForeignSource:

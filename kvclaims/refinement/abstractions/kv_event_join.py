@@ -29,11 +29,10 @@ import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
-from kvclaims.refinement.abstractions.claim_registry import ClaimRegistry, RegisteredClaim, load_registry
 from kvclaims.refinement.checker import Undecidable
 from kvclaims.refinement.decoding import convert_event
 from kvclaims.refinement.reader import (
@@ -48,6 +47,9 @@ from kvclaims.refinement.reader import (
 from kvclaims.refinement.verdict import ErrorClass, Finding
 from kvclaims.spec.errors import InputError, Problem
 from kvclaims.spec.vocabulary import TelemetryJoinPrecondition
+
+if TYPE_CHECKING:
+    from kvclaims.refinement.abstractions.claim_registry import ClaimRegistry, RegisteredClaim
 
 P = TelemetryJoinPrecondition
 
@@ -460,6 +462,9 @@ class KvEventStream:
             raise InputError(
                 [Problem("--registry", f"{self.format} traces need a claim registry (--registry FILE)")]
             )
+        # the registry's YAML loader is imported with the first capture, not with `check`
+        from kvclaims.refinement.abstractions.claim_registry import load_registry
+
         self.registry = load_registry(registry)
         head = stream.read(1 << 16)
         self.head = head
