@@ -120,13 +120,21 @@ _NONE: dict[str, int] = MappingProxyType({})  # type: ignore[assignment]
 _ClaimTable = Mapping[Phase, Mapping[Event, "Phase | lifecycle.Violation"]]
 
 
+class _Tabulated(dict[Phase, Mapping[Event, "Phase | lifecycle.Violation"]]):
+    """One profile's `lifecycle.step`, a phase's row evaluated the first time a claim is in that
+    phase (evaluating every row at import cost a short check most of its start-up time)."""
+
+    def __init__(self, profile: ClaimProfile) -> None:
+        super().__init__()
+        self.profile = profile
+
+    def __missing__(self, phase: Phase) -> Mapping[Event, Phase | lifecycle.Violation]:
+        row = self[phase] = MappingProxyType({e: lifecycle.step(self.profile, phase, e) for e in Event})
+        return row
+
+
 def _tabulate(profile: ClaimProfile) -> _ClaimTable:
-    return MappingProxyType(
-        {
-            phase: MappingProxyType({event: lifecycle.step(profile, phase, event) for event in Event})
-            for phase in Phase
-        }
-    )
+    return _Tabulated(profile)
 
 
 _UNDECIDED = ClaimProfile(preserving=False, offloadable=False, two_key=False)
@@ -135,8 +143,8 @@ _UNDECIDED = ClaimProfile(preserving=False, offloadable=False, two_key=False)
 LIFECYCLE_TABLES: Mapping[ClaimProfile, _ClaimTable] = MappingProxyType(
     {profile: _tabulate(profile) for profile in {*ALL_PROFILES, _UNDECIDED}}
 )
-"""`lifecycle.step`, evaluated once for every profile, phase and event (the hot loop is a
-dictionary lookup, not a second copy of the rules)."""
+"""`lifecycle.step`, evaluated once for every profile, phase and event it meets (the hot loop is
+a dictionary lookup, not a second copy of the rules)."""
 
 _PROFILES: tuple[ClaimProfile, ...] = tuple(sorted({*ALL_PROFILES, _UNDECIDED}, key=repr))
 _RANK: Mapping[ClaimProfile, int] = MappingProxyType({p: rank for rank, p in enumerate(_PROFILES)})
