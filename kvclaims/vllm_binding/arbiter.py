@@ -18,6 +18,9 @@ Semantics (DESIGN 2.1-2.2, 6):
   claim falling below its predicate while responsible is `harmed` (e.g. vLLM's invalid-load
   `fail` path strips hashes even from pinned blocks); a best_effort claim is `lost`; after
   demotion or expiry it is post-release loss, and the claim is released once nothing is left.
+- soft_priority: nothing is pinned (never blocks admission); after each step the free-queue
+  positions of its blocks are permuted so lower-priority claims lose blocks first
+  (`kvclaims.vllm_binding.soft_priority`); a loss is reported as for best_effort.
 - Feasibility: before vLLM sees a waiting request, protected blocks + the request's live need
   (net of shared blocks guaranteed present) must fit the usable pool; otherwise the request is
   admitted after demoting demotable claims, deferred (kept in its queue position) or refused

@@ -133,8 +133,8 @@ def test_refusal_reaches_the_caller_as_abort_with_the_blocking_claims(tmp_path: 
 
 def test_soft_priority_claims_never_block_admission(tmp_path: Path) -> None:
     """Two soft claims cover 60 of 80 blocks; a 70-block request is admitted at once (a hard
-    claim would refuse it), the low-priority claim's blocks go first (though cached last), and both are reported
-    lost, never harmed."""
+    claim would refuse it), the low-priority claim's blocks go first (though cached last), and
+    both are reported lost, never harmed."""
     running = lane(tmp_path, scheduling_policy="priority")
     running.add("high", tokens("h", 30), extra_args=claim("claim:h", "soft_priority", 30), priority=0)
     running.run()
