@@ -1,17 +1,19 @@
 """Seed 000's soft-priority pressure controls on vLLM's real scheduler (scheduler lane).
 
 Two tracked prompts, A and B, are computed and cached (their requests finish), each with a
-priority; then one-block filler requests arrive one at a time until both tracked prompts have
+priority; then two-block filler requests arrive one at a time until both tracked prompts have
 lost a cached block. A control is observed when the lower-priority prompt loses a block first
 in every trial (original: A high, B low; swapped: A low, B high) or, for equal priority, when
-both lose their first block in the same filler step. Every control runs with both warm-up orders
-(A then B, B then A), so recency alone can never pass one.
+both lose their first block in the same filler step (a filler evicts two blocks, so one pressure
+event can take a block of each; with one-block fillers no runtime could ever observe it). Every
+control runs with both warm-up orders (A then B, B then A), so recency alone can never pass one.
 
 Two runtimes are controlled:
 - `stock`: vLLM 0.32 unmodified with `scheduling_policy="priority"`; A and B carry vLLM request
   priorities (lower value = higher priority), as that policy reads them;
 - `binding`: the kvclaims binding; A and B each submit a `soft_priority` claim over their prompt
-  (and carry the same vLLM priorities).
+  (and carry the same vLLM priorities), which orders their blocks in vLLM's free queue
+  (`kvclaims.vllm_binding.soft_priority`).
 
 What each trial saw is read from vLLM's own block pool (its prefix-cache hash table, probed
 after every filler), never from the runtime's bookkeeping. `write_artifact` writes the result
@@ -30,6 +32,7 @@ BLOCK = 16
 POOL = 32
 TRACKED_BLOCKS = 6
 MAX_FILLERS = 64
+FILLER_BLOCKS = 2
 HIGH, LOW = 0, 10
 """vLLM request priorities: lower value is served first under `scheduling_policy="priority"`."""
 
@@ -62,12 +65,17 @@ def _prompt(tag: str) -> list[int]:
     return prompt_tokens(tag, TRACKED_BLOCKS * BLOCK)
 
 
-def run_trial(runtime: Runtime, control: Control, warm_order: str) -> dict[str, Any]:
-    """One trial on a fresh lane; returns what vLLM's block pool showed."""
+def run_trial(
+    runtime: Runtime, control: Control, warm_order: str, trace_path: Path | None = None
+) -> dict[str, Any]:
+    """One trial on a fresh lane; returns what vLLM's block pool showed. With `trace_path`, the
+    binding writes its claim trace there."""
     from kvclaims.lab.scheduler_lane import LaneSpec, SchedulerLane, prompt_tokens
     from kvclaims.vllm_binding.config import BindingConfig
 
-    binding = BindingConfig() if runtime == "binding" else None
+    binding = None
+    if runtime == "binding":
+        binding = BindingConfig(trace_path=None if trace_path is None else str(trace_path))
     lane = SchedulerLane(LaneSpec(usable_blocks=POOL, binding=binding, scheduling_policy="priority"))
     prompts = {"A": _prompt("tracked-A"), "B": _prompt("tracked-B")}
     priority = {"A": control.priority_a, "B": control.priority_b}
@@ -88,7 +96,9 @@ def run_trial(runtime: Runtime, control: Control, warm_order: str) -> dict[str, 
         fillers = 0
         while len(first_loss) < 2 and fillers < MAX_FILLERS:
             fillers += 1
-            lane.add(f"filler-{fillers}", prompt_tokens(f"filler-{fillers}", BLOCK), priority=HIGH)
+            lane.add(
+                f"filler-{fillers}", prompt_tokens(f"filler-{fillers}", FILLER_BLOCKS * BLOCK), priority=HIGH
+            )
             lane.run()
             for name in "AB":
                 if name not in first_loss and lane.cached_blocks(prompts[name]) < TRACKED_BLOCKS:

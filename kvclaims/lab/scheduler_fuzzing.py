@@ -39,7 +39,7 @@ from kvclaims.vllm_binding.continuum import ContinuumJobs
 OBJECTS: dict[str, int] = {"doc-a": 4, "doc-b": 10, "doc-c": 20, "doc-d": 36}
 """Reusable prefix objects (length in blocks) that claims and requests share."""
 
-CLAIM_MODES = ("hard_protected", "demotable", "expiring", "best_effort")
+CLAIM_MODES = ("hard_protected", "demotable", "expiring", "best_effort", "soft_priority")
 OWNERS = ("alice", "bob")
 HOSTILE = (
     {"kvclaims_claim_id": "h", "kvclaims_mode": "hard_protected", "kvclaims_footprint_blocks": "3"},
@@ -49,7 +49,7 @@ HOSTILE = (
     {"kvclaims_claim_id": "z" * 5000, "kvclaims_mode": "hard_protected", "kvclaims_footprint_blocks": 3},
     {"kvclaims_claim_id": ["x"], "kvclaims_op": "release"},
     {"kvclaims_claim_id": "h", "kvclaims_op": "steal"},
-    {"kvclaims_claim_id": "h", "kvclaims_mode": "soft_priority", "kvclaims_footprint_blocks": 3},
+    {"kvclaims_claim_id": "h", "kvclaims_mode": "routed_reuse", "kvclaims_footprint_blocks": 3},
 )
 MAX_DRAIN_STEPS = 3000
 BLOCK = 16

@@ -18,6 +18,9 @@ Semantics (DESIGN 2.1-2.2, 6):
   claim falling below its predicate while responsible is `harmed` (e.g. vLLM's invalid-load
   `fail` path strips hashes even from pinned blocks); a best_effort claim is `lost`; after
   demotion or expiry it is post-release loss, and the claim is released once nothing is left.
+- soft_priority: nothing is pinned (never blocks admission); after each step the free-queue
+  positions of its blocks are permuted so lower-priority claims lose blocks first
+  (`kvclaims.vllm_binding.soft_priority`); a loss is reported as for best_effort.
 - Feasibility: before vLLM sees a waiting request, protected blocks + the request's live need
   (net of shared blocks guaranteed present) must fit the usable pool; otherwise the request is
   admitted after demoting demotable claims, deferred (kept in its queue position) or refused
@@ -88,6 +91,7 @@ from kvclaims.vllm_binding.metadata import (
 )
 from kvclaims.vllm_binding.offload import ClaimOffload
 from kvclaims.vllm_binding.registry import PINNED_MODES, UNATTRIBUTED, ClaimRecord, ClaimRegistry, agreement
+from kvclaims.vllm_binding.soft_priority import SoftRank, reorder_free_queue
 from kvclaims.vllm_binding.telemetry import EventSink, NullSink, TraceSink
 
 logger = logging.getLogger(__name__)
@@ -556,6 +560,7 @@ class ClaimArbiter:
             source_request_id=request.request_id,
             accepted_step=self.step,
             required_blocks=predicate.required_blocks(self.block_size),
+            priority=request.priority,
         )
         self.registry.add(record)
         book.sourced.append(record.claim_id)
@@ -1167,10 +1172,23 @@ class ClaimArbiter:
         self.check_blocks(pinned=False)
         self._advance_all()
         self._drain_finished()
+        self._order_soft_evictions()
         for client_index, output in self._refusals:
             outputs.setdefault(client_index, EngineCoreOutputs()).outputs.append(output)
         self._refusals.clear()
         self._note_claims(outputs)
+
+    def _order_soft_evictions(self) -> None:
+        """Reorder vLLM's free queue so soft_priority claims lose blocks lowest priority first
+        (`soft_priority`); unclaimed free blocks keep their LRU positions."""
+        rank_of: dict[int, SoftRank] = {}
+        for record in self.registry.with_blocks():
+            if record.mode is ProtectionMode.soft_priority:
+                rank = (record.priority, record.claim_id)
+                for _, block in record.held():
+                    rank_of[block.block_id] = min(rank_of.get(block.block_id, rank), rank)
+        if rank_of:
+            reorder_free_queue(self.pool.free_block_queue, rank_of)
 
     def _note_claims(self, outputs: dict[int, EngineCoreOutputs]) -> None:
         """Tell each finished caller what happened to its claim operation: an output that

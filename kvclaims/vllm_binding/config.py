@@ -34,14 +34,15 @@ the async variant itself when vLLM runs with async scheduling."""
 SUPPORTED_MODES: frozenset[ProtectionMode] = frozenset(
     {
         ProtectionMode.best_effort,
+        ProtectionMode.soft_priority,
         ProtectionMode.hard_protected,
         ProtectionMode.demotable,
         ProtectionMode.expiring,
         ProtectionMode.offloadable,
     }
 )
-"""Modes this binding accepts. soft_priority needs a priority-influence mechanism vLLM's free
-queue lacks, routed_reuse a router: claims in those modes are rejected with a reason, never
+"""Modes this binding accepts. soft_priority claims order vLLM's free-queue eviction by priority
+(`soft_priority`); routed_reuse needs a router: its claims are rejected with a reason, never
 accepted and silently downgraded. offloadable is accepted only on an engine running the
 binding's offload connector (`OffloadSettings`); elsewhere it is rejected with that reason."""
 

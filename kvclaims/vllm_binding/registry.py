@@ -50,7 +50,7 @@ class ClaimRecord(Claim):
     key a block carries while it holds that prefix; `feeders` are the requests whose blocks it
     may hold."""
 
-    __slots__ = ("accepted_step", "claim", "feeders", "hashes", "keys", "source_request_id")
+    __slots__ = ("accepted_step", "claim", "feeders", "hashes", "keys", "priority", "source_request_id")
 
     def __init__(
         self,
@@ -61,6 +61,7 @@ class ClaimRecord(Claim):
         source_request_id: str,
         accepted_step: int,
         required_blocks: int,
+        priority: int = 0,
     ) -> None:
         mode = claim.protection_mode
         super().__init__(
@@ -73,6 +74,8 @@ class ClaimRecord(Claim):
         self.claim, self.hashes, self.keys = claim, hashes, keys
         self.source_request_id, self.accepted_step = source_request_id, accepted_step
         self.feeders = {source_request_id}
+        self.priority = priority
+        """The submitting request's vLLM priority (lower is higher); soft_priority ranks by it."""
 
     @property
     def owner(self) -> str:

@@ -20,7 +20,7 @@ from kvclaims.spec.vocabulary import AdapterDepth, Label, LabelSubtype, Protecti
 ROOT = Path(__file__).resolve().parents[2]
 DESCRIPTOR = ROOT / "descriptors" / "kvclaims-vllm.yaml"
 EVIDENCE = ROOT / "descriptors" / "evidence" / "kvclaims-vllm"
-SOUND_MODES = ("best_effort", "hard_protected", "demotable", "expiring", "offloadable")
+SOUND_MODES = ("best_effort", "soft_priority", "hard_protected", "demotable", "expiring", "offloadable")
 
 
 def anchors(document: dict, kind: str = "trace") -> list[dict]:
@@ -54,7 +54,7 @@ def test_every_cited_trace_is_accepted_and_matches_its_digest() -> None:
         assert artifact.parent == EVIDENCE and file_sha256(artifact) == anchor["sha256"]
 
 
-def test_five_modes_lower_as_backend_patch_witnesses_and_only_at_backend_patch() -> None:
+def test_six_modes_lower_as_backend_patch_witnesses_and_only_at_backend_patch() -> None:
     descriptor = load_descriptor(DESCRIPTOR)
     for mode in ProtectionMode:
         verdict = lower(descriptor, mode, AdapterDepth.backend_patch)

@@ -54,7 +54,7 @@ def test_the_file_name_and_the_anchored_files_are_in_the_key(tmp_path: Path) -> 
 
 def test_a_comment_does_not_change_the_key(tmp_path: Path) -> None:
     commented = tmp_path / "same" / SAMPLE.name
-    commented.parent.mkdir()
+    shutil.copytree(SAMPLE.parent / "evidence", commented.parent / "evidence")  # its artifact anchors
     commented.write_text(SAMPLE.read_text() + "\n# a comment only\n")
     assert entry_key(_loaded(commented)) == entry_key(_loaded(SAMPLE))  # type: ignore[arg-type]
 

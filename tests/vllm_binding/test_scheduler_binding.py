@@ -131,6 +131,28 @@ def test_refusal_reaches_the_caller_as_abort_with_the_blocking_claims(tmp_path: 
     accepted(tmp_path / "trace.ndjson")
 
 
+def test_soft_priority_claims_never_block_admission(tmp_path: Path) -> None:
+    """Two soft claims cover 60 of 80 blocks; a 70-block request is admitted at once (a hard
+    claim would refuse it), the low-priority claim's blocks go first (though cached last), and
+    both are reported lost, never harmed."""
+    running = lane(tmp_path, scheduling_policy="priority")
+    running.add("high", tokens("h", 30), extra_args=claim("claim:h", "soft_priority", 30), priority=0)
+    running.run()
+    running.add("low", tokens("l", 30), extra_args=claim("claim:l", "soft_priority", 30), priority=10)
+    running.run()
+    running.add("active", tokens("a", 70))
+    running.step()
+    assert running.records["active"].request.num_computed_tokens > 0
+    running.run()
+    # LRU alone would evict `high` (cached first) first; priority makes `low` go first
+    assert running.cached_blocks(tokens("h", 30)) > running.cached_blocks(tokens("l", 30)) == 0
+    running.close()
+    events = (tmp_path / "trace.ndjson").read_text(encoding="utf-8")
+    assert "resident_claim_lost" in events and "resident_claim_harmed" not in events
+    assert "active_request_refused" not in events and "active_request_deferred" not in events
+    accepted(tmp_path / "trace.ndjson")
+
+
 def test_stock_vllm_waits_forever_where_the_binding_refuses(tmp_path: Path) -> None:
     """Without the feasibility check, pinned blocks make the 70-block prefill unschedulable:
     vLLM keeps it waiting with no output (here: pins taken by hand on a stock scheduler)."""
