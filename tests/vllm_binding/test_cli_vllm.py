@@ -31,7 +31,7 @@ def test_list_prints_names_one_per_line_without_vllm(
     names = capsys.readouterr().out.splitlines()
     assert names == list(SCENARIOS)
     controls = [n for n in names if n.startswith("control-")]
-    assert controls == ["control-unenforced-claim", "control-late-demotion"]
+    assert controls == ["control-unenforced-claim", "control-late-demotion", "control-continuum-silent-unpin"]
     assert {"native-60-70-80", "hard-60-70-80", "live-pressure-40-46", "defer-until-materialized"} <= set(
         names
     )
