@@ -195,6 +195,8 @@ def _check_seen(unit: object, seen: _Seen, version: str) -> None:
     if seen.version != version:
         raise _ray_problem(f"the cluster runs kvclaims {seen.version}, this driver {version}")
     local = _sizes(unit)
+    if len(seen.sizes) != len(local):
+        raise _ray_problem(f"the cluster saw {len(seen.sizes)} files of a unit of {len(local)}")
     if seen.sizes != local:
         names = ", ".join(str(p) for p, a, b in zip(_files(unit), local, seen.sizes, strict=True) if a != b)
         raise _ray_problem(f"the cluster does not see the same files as this driver: {names}")
