@@ -69,6 +69,22 @@ def jobs_option(help: str):
     return click.option("-j", "--jobs", type=click.IntRange(min=1), metavar="N", help=help)
 
 
+def ray_option(help: str):
+    """`--ray [ADDRESS]`: run the command's independent units as Ray tasks on the cluster at
+    ADDRESS (alone: a local cluster of --jobs CPUs, `kvclaims.refinement.fanout.LOCAL`)."""
+    from kvclaims.refinement.fanout import LOCAL
+
+    return click.option(
+        "--ray",
+        is_flag=False,
+        flag_value=LOCAL,
+        default=None,
+        metavar="[ADDRESS]",
+        help=help
+        + " (alone: a local cluster of --jobs CPUs; needs the ray extra; Ray listens on every interface)",
+    )
+
+
 def descriptors_option(help: str):
     """`--descriptors DIR`: runtime descriptors to read, by default the ones shipped with kvclaims."""
     from kvclaims.bundled import DESCRIPTORS

@@ -8,6 +8,9 @@ Traces: short event sequences found by bounded model checking that break exactly
 rule at their last step, written as trace v1 under DIR/traces/ and checked by the refinement
 checker.
 
+`--ray [ADDRESS]` searches each positive row as a Ray task on that cluster (alone: a local
+cluster of --jobs CPUs); the descriptors and index written are those of a local run.
+
 `--json` prints the summary as one JSON line.
 
 Exit codes: 0 every descriptor failed closed (and model and Python agreed) and every trace class
@@ -31,6 +34,7 @@ from kvclaims.cli._common import (
     out_option,
     print_json,
     print_table,
+    ray_option,
     runs,
     stderr_console,
     stdout_console,
@@ -39,7 +43,7 @@ from kvclaims.cli.prove import progress_steps
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvclaims.refinement import check_bytes
+    from kvclaims.refinement import check_bytes, fanout
     from kvclaims.solver.adversary import CLASSES, run_adversary
     from kvclaims.solver.parallel import available_cores
     from kvclaims.solver.positives import positive_rows
@@ -48,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
     quiet = args.json
     rows = positive_rows(args.descriptors)
+    jobs = args.jobs or available_cores()
     with progress_steps(0, "adversarial descriptors") as advance:
         report = run_adversary(
             rows,
@@ -55,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             budget_s=args.budget,
             on_mutant=lambda m: advance(m.mutation),
-            jobs=args.jobs or available_cores(),
+            jobs=jobs,
+            map_rows=None if args.ray is None else fanout.ray_map(args.ray, jobs),
         )
     if not quiet:
         print_table(
@@ -150,6 +156,7 @@ def demo_stage(out: Path) -> str:
 @descriptors_option("positive rows")
 @click.option("--no-traces", is_flag=True, help="descriptors only")
 @jobs_option("search positive rows in N processes (default: one per core); the output is the same")
+@ray_option("search positive rows as Ray tasks on the cluster at ADDRESS; the output is the same")
 @json_option
 def command(**options: object) -> int:
     return runs(run)(**options)

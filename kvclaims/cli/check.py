@@ -63,6 +63,7 @@ from kvclaims.cli._common import (
     json_option,
     print_json_lines,
     print_table,
+    ray_option,
     runs,
     stderr_console,
     stdout_console,
@@ -483,15 +484,7 @@ def _write_evidence(out: Path, files: list[Path], verdicts: list[Any], registry:
     help="judge kvclaims-v1 traces without their trace_closed end as open prefixes "
     "(default: such a trace is truncated, inconclusive)",
 )
-@click.option(
-    "--ray",
-    is_flag=False,
-    flag_value=fanout.LOCAL,
-    default=None,
-    metavar="[ADDRESS]",
-    help="check traces as Ray tasks on the cluster at ADDRESS (alone: a local cluster of --jobs "
-    "CPUs; needs the ray extra; Ray listens on every interface)",
-)
+@ray_option("check traces as Ray tasks on the cluster at ADDRESS")
 @click.option("--strict", is_flag=True, help="refuse fields outside trace v1 (default: keep as context)")
 @click.option("--evidence-out", type=PathType, metavar="FILE", help="write evidence items (accepted only)")
 @click.option(

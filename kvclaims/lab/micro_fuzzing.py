@@ -33,14 +33,18 @@ assert that a profile reached every phase. The `ci` settings profile is determin
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import count
 from typing import Any, ClassVar
+from unittest.mock import patch
 
 import msgspec
+from hypothesis import seed as hypothesis_seed
 from hypothesis import settings
 from hypothesis import strategies as st
+from hypothesis.internal.conjecture import providers
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     invariant,
@@ -641,16 +645,93 @@ def fuzz(
     start = time.monotonic()
     report = FuzzReport(machine.coverage, 0.0, 0)
     while report.seconds < seconds and report.failure is None:
-        try:
-            run_state_machine_as_test(machine, settings=batch_settings)
-        except Exception as failure:  # any crash of the runtime under test is a finding
-            report.failure = f"{type(failure).__name__}: {failure}"
-            report.example = failing_example(failure)
+        report.failure, report.example = _run_batch(machine, batch_settings)
         report.batches += 1
         report.seconds = time.monotonic() - start
         if on_batch is not None:
             on_batch(report)
     return report
+
+
+def _run_batch(machine: type[MicroRuntimeMachine], batch_settings: settings) -> tuple[str | None, list[str]]:
+    """Run one batch of `machine`: the first failure (shrunk) and its example, or (None, [])."""
+    try:
+        run_state_machine_as_test(machine, settings=batch_settings)
+    except Exception as failure:  # any crash of the runtime under test is a finding
+        return f"{type(failure).__name__}: {failure}", failing_example(failure)
+    return None, []
+
+
+@dataclass(frozen=True)
+class SeedOutcome:
+    """What one seeded batch did: its coverage and its failure (shrunk), if any."""
+
+    seed: int
+    coverage: Coverage
+    failure: str | None
+    example: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        cov = self.coverage
+        return {
+            "seed": self.seed,
+            "examples": cov.examples,
+            "rule_steps": cov.steps,
+            "trace_events": cov.events,
+            "phases": sorted(p.value for p in cov.phases),
+            "lifecycle_transitions": len(cov.transitions),
+            "request_transitions": len(cov.request_transitions),
+            "failure": self.failure,
+            "minimal_failing_example": self.example,
+        }
+
+
+@dataclass(frozen=True)
+class SeededBatch:
+    """One batch of `examples` examples of a fresh machine (`planted_bug`: `PlantedBugMachine`,
+    under `policy`) with Hypothesis seeded by the seed it is called with: the same seed gives the
+    same outcome in any process, so seeds can run anywhere (a pool, a Ray cluster) and in any
+    order. A picklable unit of work (the machine class is made where it runs)."""
+
+    policy: str
+    planted_bug: bool = False
+    examples: int = 50
+
+    def __call__(self, seed: int) -> SeedOutcome:
+        base = PlantedBugMachine if self.planted_bug else MicroRuntimeMachine
+        machine = hypothesis_seed(seed)(fresh_machine(base, policy=POLICIES[self.policy]))
+        with _no_local_constants():
+            failure, example = _run_batch(machine, batches(self.examples, stateful_step_count=50))
+        return SeedOutcome(seed, machine.coverage, failure, example)
+
+
+@contextmanager
+def _no_local_constants() -> Iterator[None]:
+    """Hypothesis mixes the literals of every non-installed module imported into this process
+    into what it draws, so a seed's data would depend on what the process imported before (a
+    CLI, a pool worker and a Ray worker import different modules). Within a seeded batch that
+    pool is empty (and so is the cache of pools drawn from): the outcome is a function of the
+    seed alone. Hypothesis internals (6.170): tests/lab/test_micro_fuzzing.py checks that a seed's
+    outcome is the same in a fresh process."""
+    with (
+        patch.object(providers, "_get_local_constants", return_value=providers.Constants()),
+        patch.object(providers, "CONSTANTS_CACHE", {}),
+    ):
+        yield
+
+
+def merged_coverage(outcomes: Iterable[SeedOutcome]) -> Coverage:
+    """The coverage of several batches together."""
+    total = Coverage()
+    for outcome in outcomes:
+        cov = outcome.coverage
+        total.phases |= cov.phases
+        total.transitions |= cov.transitions
+        total.request_transitions |= cov.request_transitions
+        total.examples += cov.examples
+        total.steps += cov.steps
+        total.events += cov.events
+    return total
 
 
 class OffByOneVictimExclusion(MicroRuntime):

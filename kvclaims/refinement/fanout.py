@@ -1,7 +1,9 @@
 """Units of checking work fanned out to processes or a Ray cluster, results back in input order.
 
 A *unit* is whatever one call of the work function checks: one trace, or a group of files that
-must be judged together (the per-engine streams of one fleet). The work function is a
+must be judged together (the per-engine streams of one fleet), or any other picklable item (a
+positive row the adversary searches, a batch of fuzzing seeds); a unit's files are the `Path`
+members of a tuple unit. The work function is a
 module-level function (picklable) of one unit; it must be deterministic, so that the verdicts do
 not depend on where a unit ran. `stream` yields the results in the order of the units whatever
 order they finish in, and calls `on_done` once per unit yielded.
@@ -18,6 +20,9 @@ Three places run units:
   (`ray.is_initialized()`) uses its cluster whatever the address, and keeps it. Ray listens on
   every interface of the machine whatever address it is given: run a local cluster only where
   that is acceptable (the project's tests run it inside a loopback-only network namespace).
+
+`ray_map(address, jobs)` is `stream` on a cluster as a plain `map(work, units)`, for a caller
+outside this package that must not import Ray itself.
 
 On a cluster, the workers read the files themselves: every node must see the same paths (a
 shared filesystem) and run the same kvclaims. Both are checked: each task returns the kvclaims
@@ -39,6 +44,7 @@ Unit = tuple[Path, ...]
 """One trace, or a group of files checked together."""
 
 R = TypeVar("R")
+U = TypeVar("U")
 
 LOCAL = "local"
 """The `ray_address` that starts a Ray cluster in this process."""
@@ -66,8 +72,14 @@ class _Task(Generic[R]):
     seen: _Seen
 
 
-def _sizes(unit: Unit) -> tuple[int, ...]:
-    return tuple(path.stat().st_size if path.is_file() else -1 for path in unit)
+def _files(unit: object) -> list[Path]:
+    """The files of `unit`: the `Path` members of a tuple; a unit of another type has none."""
+    return [member for member in unit if isinstance(member, Path)] if isinstance(unit, tuple) else []
+
+
+def _sizes(unit: object) -> tuple[int, ...]:
+    """The size of each file of `unit` (-1: not a file)."""
+    return tuple(path.stat().st_size if path.is_file() else -1 for path in _files(unit))
 
 
 def _version() -> str:
@@ -76,14 +88,14 @@ def _version() -> str:
     return __version__
 
 
-def _run_unit(work: Callable[[Unit], R], unit: Unit) -> _Task[R]:
+def _run_unit(work: Callable[[U], R], unit: U) -> _Task[R]:
     """Run `work` on `unit` where the task landed, with what that place saw of it."""
     return _Task(work(unit), _Seen(_version(), _sizes(unit)))
 
 
 def stream(
-    work: Callable[[Unit], R],
-    units: Sequence[Unit],
+    work: Callable[[U], R],
+    units: Sequence[U],
     *,
     jobs: int = 1,
     ray_address: str | None = None,
@@ -105,7 +117,7 @@ def stream(
 
 
 def _in_processes(
-    work: Callable[[Unit], R], units: Sequence[Unit], workers: int, on_done: Callable[[], None] | None
+    work: Callable[[U], R], units: Sequence[U], workers: int, on_done: Callable[[], None] | None
 ) -> Iterator[R]:
     from concurrent.futures import ProcessPoolExecutor  # multiprocessing: only for a pool
 
@@ -122,9 +134,19 @@ def _in_processes(
             raise
 
 
+def ray_map(address: str, jobs: int) -> Callable[[Callable[[U], R], Sequence[U]], Iterator[R]]:
+    """`map(work, units)` that runs each unit as a Ray task on the cluster at `address` (`LOCAL`:
+    one of `jobs` CPUs started for the call), results in the order of `units` (see `stream`)."""
+
+    def on_ray(work: Callable[[U], R], units: Sequence[U]) -> Iterator[R]:
+        return stream(work, units, jobs=jobs, ray_address=address)
+
+    return on_ray
+
+
 def _on_ray(
-    work: Callable[[Unit], R],
-    units: Sequence[Unit],
+    work: Callable[[U], R],
+    units: Sequence[U],
     address: str,
     jobs: int,
     on_done: Callable[[], None] | None,
@@ -149,7 +171,7 @@ def _on_ray(
         remote = ray.remote(_run_unit)
         window = RAY_IN_FLIGHT_PER_CPU * max(1, int(ray.cluster_resources().get("CPU", 1)))
         version = _version()
-        pending: deque[tuple[Unit, Any]] = deque()
+        pending: deque[tuple[U, Any]] = deque()
         queued = iter(units)
         for unit in queued:
             pending.append((unit, remote.remote(work, unit)))
@@ -170,12 +192,14 @@ def _on_ray(
             ray.shutdown()
 
 
-def _check_seen(unit: Unit, seen: _Seen, version: str) -> None:
+def _check_seen(unit: object, seen: _Seen, version: str) -> None:
     if seen.version != version:
         raise _ray_problem(f"the cluster runs kvclaims {seen.version}, this driver {version}")
     local = _sizes(unit)
+    if len(seen.sizes) != len(local):
+        raise _ray_problem(f"the cluster saw {len(seen.sizes)} files of a unit of {len(local)}")
     if seen.sizes != local:
-        names = ", ".join(str(p) for p, a, b in zip(unit, local, seen.sizes, strict=True) if a != b)
+        names = ", ".join(str(p) for p, a, b in zip(_files(unit), local, seen.sizes, strict=True) if a != b)
         raise _ray_problem(f"the cluster does not see the same files as this driver: {names}")
 
 

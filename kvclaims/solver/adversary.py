@@ -26,7 +26,8 @@ import hashlib
 import json
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
@@ -1095,12 +1096,15 @@ def run_adversary(
     facts: Facts | None = None,
     on_mutant: Callable[[Mutant], None] | None = None,
     jobs: int = 1,
+    map_rows: RowMap | None = None,
 ) -> AdversaryReport:
     """Enumerate every class on every positive row; write each distinct mutant as YAML under
     `out/descriptors/<class>/` (when `out` is given) with `out/descriptors/index.json`.
 
-    Each row is searched on its own (its own `Base` and z3 context), on `jobs` worker processes;
-    mutants are deduplicated and written in row order, so the output does not depend on `jobs`."""
+    Each row is searched on its own (its own `Base` and z3 context): by `map_rows` when given
+    (a Ray cluster's map, `kvclaims.refinement.fanout.ray_map`), else on `jobs` worker
+    processes; mutants are deduplicated and written in row order, so the output does not depend
+    on where the rows were searched."""
     facts = facts or Facts.reference()
     report = AdversaryReport(seed=seed, bases=[r.ident for r in rows])
     seen: set[str] = set()
@@ -1108,8 +1112,11 @@ def run_adversary(
     started = time.perf_counter()
     target = None if out is None else out / "descriptors"
     search = _RowSearch(facts, seed, classes)
-    with OrderedPool(jobs, [search]) as pool:
-        searches = pool.map(search, rows)
+    with ExitStack() as stack:
+        if map_rows is None:
+            map_rows = stack.enter_context(OrderedPool(jobs, [search])).map
+        searches = map_rows(search, rows)
+        stack.callback(getattr(searches, "close", lambda: None))  # a budget cut stops a generator's tasks
         for searched, written in enumerate(searches, start=1):
             for text, mutant in written:
                 report.generated += 1
@@ -1150,6 +1157,10 @@ def run_adversary(
         }
         (target / "index.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return report
+
+
+RowMap = Callable[[Callable[[PositiveRow], list[tuple[str, Mutant]]], Sequence[PositiveRow]], Iterable[Any]]
+"""`map(search, rows)`: each row's search result, in the order of `rows`."""
 
 
 @dataclass(frozen=True)

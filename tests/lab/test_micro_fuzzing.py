@@ -3,6 +3,9 @@ invariant holding, finds the planted bug, and its traces are accepted by refinem
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import ClassVar
 
@@ -17,6 +20,7 @@ from kvclaims.lab.micro_fuzzing import (
     InvariantBroken,
     MicroRuntimeMachine,
     PlantedBugMachine,
+    SeededBatch,
     failing_example,
     fresh_machine,
     run_machine,
@@ -217,3 +221,16 @@ def test_job_turns_keep_continuum_pins_as_timed_claims() -> None:
     machine.timed_claims_expire_on_time()
     machine.emitted_trace_accepted()
     machine.teardown()
+
+
+def test_a_seeded_batch_is_a_function_of_its_seed_not_of_the_process() -> None:
+    """Hypothesis draws literals of the local modules a process imported; a seeded batch must
+    not (a CLI, a pool worker and a Ray worker import different modules): `kvclaims fuzz
+    --seeds` in a fresh process gives each seed the outcome it has here, and seeds differ."""
+    batch = SeededBatch("full_arbiter", examples=8)
+    here = [batch(seed).to_json() for seed in (3, 4)]
+    argv = [sys.executable, "-m", "kvclaims", "fuzz", "--seeds", "2", "--first-seed", "3", "--examples", "8"]
+    done = subprocess.run([*argv, "--jobs", "1", "--json"], capture_output=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert json.loads(done.stdout.decode().splitlines()[-1])["seeds"] == here
+    assert here[0] != here[1] and here[0]["failure"] is None and here[0]["examples"] >= 8

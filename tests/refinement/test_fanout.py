@@ -69,3 +69,20 @@ def test_a_path_taken_for_the_ray_address_is_refused(
     (tmp_path / "t.ndjson").write_bytes(TraceBuilder(usable_blocks=8).accept("C").ndjson())
     assert main(["check", "--ray", str(tmp_path), str(tmp_path / "t.ndjson")]) == 2
     assert "put --ray after the traces" in capsys.readouterr().err
+
+
+def squared(unit: int) -> int:
+    return unit * unit
+
+
+@pytest.mark.parametrize("jobs", [1, 3])
+def test_a_unit_may_be_any_picklable_item_and_has_no_files(jobs: int) -> None:
+    """A seed or a positive row is a unit too: results in order; a cluster's report of such a
+    unit is checked for the version only (it has no files to compare)."""
+    assert list(fanout.stream(squared, [3, 1, 2], jobs=jobs)) == [9, 1, 4]
+    version = fanout._version()
+    fanout._check_seen(7, fanout._Seen(version, ()), version)
+    with pytest.raises(InputError, match="--ray"):
+        fanout._check_seen(7, fanout._Seen(version, (10,)), version)  # files where there are none
+    with pytest.raises(InputError, match="--ray"):
+        fanout._check_seen(7, fanout._Seen("0.0.0", ()), version)

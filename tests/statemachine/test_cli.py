@@ -112,6 +112,17 @@ def test_fuzz_runs_with_a_budget_and_reports_coverage(capsys: pytest.CaptureFixt
 def test_fuzz_refuses_bad_options() -> None:
     assert main(["fuzz", "--minutes", "0"]) == 2
     assert main(["fuzz", "--policy", "nope"]) == 2
+    assert main(["fuzz", "--ray"]) == 2  # a time budget is not reproducible: --ray needs --seeds
+    assert main(["fuzz", "--seeds", "2", "--budget", "5"]) == 2
+    assert main(["fuzz", "--seeds", "0"]) == 2
+
+
+def test_fuzz_seeds_report_each_seed_and_their_merged_coverage(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fuzz", "--seeds", "2", "--examples", "3", "--jobs", "1", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert [s["seed"] for s in report["seeds"]] == [0, 1]
+    assert int(report["examples"]) == sum(s["examples"] for s in report["seeds"]) >= 6
+    assert int(report["rule steps"]) == sum(s["rule_steps"] for s in report["seeds"])
 
 
 def test_lifecycle_by_profile(capsys: pytest.CaptureFixture[str]) -> None:
