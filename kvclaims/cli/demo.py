@@ -108,6 +108,22 @@ STAGES: tuple[tuple[str, Stage], ...] = (
     ("pictures", functools.partial(report.pictures, sweep=True, timeline_from=_demo_timeline)),
 )
 
+CONCURRENT: tuple[tuple[str, ...], ...] = (
+    (
+        "lowering matrix",
+        "schemas",
+        "external trace corpus",
+        "MicroRuntime scenarios",
+        "proofs (Z3)",
+        "adversary (Z3)",
+        "vLLM scheduler lane",
+    ),
+    ("vLLM engine lane", "vLLM hybrid lane"),
+)
+"""Lanes that run at once (they write disjoint folders): the stages without a model beside the
+two that run one (one `vllm.LLM` at a time, so those two share a lane); about equal in length.
+The trace check and the pictures read what both lanes wrote, so they run after them."""
+
 
 def run(args: argparse.Namespace) -> int:
     stages = STAGES
@@ -131,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
         title="kvclaims demo report",
         force=getattr(args, "force", False),
         as_json=getattr(args, "json", False),
+        concurrent=CONCURRENT,
     )
 
 
