@@ -1,8 +1,10 @@
 """The main job, end to end on the bundled inputs: `kvclaims report` on the shipped descriptors and
 bundled traces, plus every trace this run makes.
 
-Runs every stage in order: the lowering matrix over the shipped descriptors, the JSON Schemas,
-an external labelled trace corpus when this machine has one (skipped, and said so, otherwise),
+Runs every stage (those without vLLM at the same time as the vLLM ones, each group in its order;
+the table and the report keep this order): the lowering matrix over the shipped descriptors,
+the JSON Schemas, an external labelled trace corpus when this machine has one (skipped, and said
+so, otherwise),
 the MicroRuntime scenarios, the Z3 proofs, the adversary, the vLLM scheduler, engine and hybrid
 lanes (skipped, and said so, when vLLM is not installed; the hybrid lane is seed 002's resume
 and a caught corruption on a tiny hybrid model), a refinement check of every trace this run
