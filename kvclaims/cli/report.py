@@ -172,10 +172,19 @@ RUN_STARTED_NS = 0
 
 
 def run_stages(
-    out: Path, stages: Sequence[tuple[str, Stage]], *, title: str, force: bool, as_json: bool = False
+    out: Path,
+    stages: Sequence[tuple[str, Stage]],
+    *,
+    title: str,
+    force: bool,
+    as_json: bool = False,
+    concurrent: Sequence[Sequence[str]] = (),
 ) -> int:
     """Run `stages` in order into the fresh folder `out`, then write REPORT.md and
-    manifest.json; prints progress and a table of stages (or one JSON line)."""
+    manifest.json; prints progress and a table of stages (or one JSON line). `concurrent`
+    names lanes of stages that share no files: the lanes run at once, each in its own forked
+    process and each lane's stages in their given order, at the place of the first of them;
+    the records, the report and the logs keep the order of `stages`."""
     from kvclaims.report.report import snapshot, write_manifest, write_report
 
     global RUN_STARTED_NS
@@ -184,14 +193,21 @@ def run_stages(
     RUN_STARTED_NS = time.time_ns() - 2_000_000_000  # slack for coarse file-system clocks
     (out / "logs").mkdir(parents=True, exist_ok=True)
     console = _console(quiet=as_json)
-    records: list[StageRecord] = []
+    labels = [f"[{number}/{len(stages)}] {name}" for number, (name, _) in enumerate(stages, 1)]
+    records: list[StageRecord | None] = [None] * len(stages)
     started = time.perf_counter()
-    for number, (name, stage) in enumerate(stages, 1):
-        records.append(_run_stage(console, f"[{number}/{len(stages)}] {name}", name, stage, out))
+    for step in _schedule([name for name, _ in stages], concurrent):
+        if len(step) == 1 and len(step[0]) == 1:
+            index = step[0][0]
+            records[index] = _run_stage(console, labels[index], *stages[index], out)
+        else:
+            for index, record in _run_lanes(console, labels, stages, step, out):
+                records[index] = record
     total = time.perf_counter() - started
-    report = write_report(out, records, total, title=title)
+    done = [record for record in records if record is not None]
+    report = write_report(out, done, total, title=title)
     manifest = write_manifest(out, before=before)
-    failed = any(r.status == "failed" for r in records)
+    failed = any(r.status == "failed" for r in done)
     if as_json:
         print_json(
             {
@@ -201,12 +217,12 @@ def run_stages(
                 "seconds": round(total, 3),
                 "stages": [
                     {"name": r.name, "status": r.status, "seconds": round(r.seconds, 3), "summary": r.summary}
-                    for r in records
+                    for r in done
                 ],
             }
         )
     else:
-        _print_summary(records, total, report)
+        _print_summary(done, total, report)
     return Exit.not_sound if failed else Exit.ok
 
 
@@ -229,13 +245,21 @@ def _console(*, quiet: bool) -> Console:
 
 
 def _run_stage(console: Console, label: str, name: str, stage: Stage, out: Path) -> StageRecord:
+    if not console.is_terminal:
+        console.print(f"{label} ...")
+    with _status(console, label):
+        record = _run_logged(name, stage, out)
+    _print_record(console, label, record)
+    return record
+
+
+def _run_logged(name: str, stage: Stage, out: Path) -> StageRecord:
+    """Run `stage` with its output in its log file; a stage that raises is recorded as failed."""
     from kvclaims.report.report import StageRecord
 
     log = out / "logs" / f"{name.split(' (')[0].replace(' ', '-').lower()}.log"
-    if not console.is_terminal:
-        console.print(f"{label} ...")
     began = time.perf_counter()
-    with _status(console, label), _redirected(log) as stream:
+    with _redirected(log) as stream:
         try:
             summary, status = stage(out), "ok"
         except Exception as error:  # a failing stage is recorded and the run goes on
@@ -244,9 +268,86 @@ def _run_stage(console: Console, label: str, name: str, stage: Stage, out: Path)
     seconds = time.perf_counter() - began
     if summary.startswith(NOT_RUN):
         status, summary = "skipped", summary[len(NOT_RUN) :]
-    mark = {"ok": "[green]ok[/]", "skipped": "[yellow]skipped[/]", "failed": "[bold red]FAILED[/]"}[status]
-    console.print(f"{escape(label)}: {mark} in {seconds:.1f} s - {escape(summary)}")
     return StageRecord(name, status, seconds, summary)
+
+
+def _print_record(console: Console, label: str, record: StageRecord) -> None:
+    mark = MARKS[record.status]
+    console.print(f"{escape(label)}: {mark} in {record.seconds:.1f} s - {escape(record.summary)}")
+
+
+MARKS = {"ok": "[green]ok[/]", "skipped": "[yellow]skipped[/]", "failed": "[bold red]FAILED[/]"}
+"""How the console shows each stage status."""
+
+Lanes = list[list[int]]
+"""Indices into the stages: lanes that run at once, each lane's stages in order."""
+
+
+def _schedule(names: Sequence[str], concurrent: Sequence[Sequence[str]]) -> list[Lanes]:
+    """The steps of a run in order: one stage alone, or the `concurrent` lanes together at the
+    place of their first stage (a lane none of whose stages was asked for is left out)."""
+    lanes = [[names.index(name) for name in lane if name in names] for lane in concurrent]
+    lanes = [lane for lane in lanes if lane]
+    together = {index for lane in lanes for index in lane}
+    steps: list[Lanes] = []
+    for index in range(len(names)):
+        if index not in together:
+            steps.append([[index]])
+        elif lanes and index == min(together):
+            steps.append(lanes)
+    return steps
+
+
+def _run_lanes(
+    console: Console, labels: Sequence[str], stages: Sequence[tuple[str, Stage]], lanes: Lanes, out: Path
+) -> Iterator[tuple[int, StageRecord]]:
+    """Run each lane in a forked process (their output goes to the stages' logs, so the forks
+    need their own file descriptors); yields each record as it arrives. A lane whose process
+    dies records its unfinished stages as failed."""
+    import multiprocessing
+    from multiprocessing.connection import wait
+
+    from kvclaims.report.report import StageRecord
+
+    context = multiprocessing.get_context("fork")
+    console.print("running at once: " + "; ".join(", ".join(labels[i] for i in lane) for lane in lanes))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    running = {}
+    for lane in lanes:
+        receiver, sender = context.Pipe(duplex=False)
+        process = context.Process(target=_lane_process, args=(lane, stages, out, sender), daemon=False)
+        process.start()
+        sender.close()
+        running[receiver] = (process, list(lane))
+    try:
+        while running:
+            for receiver in wait(list(running)):
+                process, left = running[receiver]
+                try:
+                    index, record = receiver.recv()
+                except EOFError:
+                    process.join()
+                    del running[receiver]
+                    why = f"its process ended (exit code {process.exitcode}) before the stage finished"
+                    for index in left:
+                        record = StageRecord(stages[index][0], "failed", 0.0, why)
+                        _print_record(console, labels[index], record)
+                        yield index, record
+                    continue
+                left.remove(index)
+                _print_record(console, labels[index], record)
+                yield index, record
+    finally:
+        for process, _ in running.values():
+            process.terminate()
+            process.join()
+
+
+def _lane_process(lane: list[int], stages: Sequence[tuple[str, Stage]], out: Path, sender: object) -> None:
+    for index in lane:
+        sender.send((index, _run_logged(*stages[index], out)))  # type: ignore[attr-defined]
+    sender.close()  # type: ignore[attr-defined]
 
 
 @contextmanager

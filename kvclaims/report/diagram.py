@@ -203,10 +203,19 @@ def draw_profile(graph: nx.DiGraph, names: list[str]) -> object:
         + ("blue: forward; pink: back to an earlier phase" if backwards else "arrows: forward"),
         fontsize=12,
     )
-    figure.text(0.01, 0.01, note, fontsize=8, va="bottom", ha="left", color="#444444", wrap=True)
+    footnote = figure.text(0.01, 0.01, note, fontsize=8, va="bottom", ha="left", color="#444444", wrap=True)
     figure.tight_layout(rect=(0, 0.02 + 0.022 * note.count("\n"), 1, 1))
     separate(figure, list(boxes.values()), labels)
+    _freeze_wrap(footnote)
     return figure
+
+
+def _freeze_wrap(text: object) -> None:
+    """Keep the line breaks matplotlib chose for a wrapped `text` at its last draw: it measures
+    the text word by word again at every draw (twice more in a tight `savefig`), the largest
+    share of drawing a diagram; the saved picture is the same byte for byte."""
+    text.set_text(text._get_wrapped_text())  # type: ignore[attr-defined]
+    text.set_wrap(False)  # type: ignore[attr-defined]
 
 
 def text_box(figure: object, text: object) -> object:

@@ -90,3 +90,51 @@ def test_a_run_refuses_a_non_empty_folder_unless_forced_and_lists_what_it_wrote(
 def test_an_unknown_stage_is_invalid_input(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "-o", str(tmp_path / "o"), "--stages", "nope"]) == 2
     assert "unknown stage 'nope'" in capfd.readouterr().err
+
+
+def _quick(out: Path) -> str:
+    import os
+
+    os.write(1, b"the quick stage's own output\n")  # as a library writes: to file descriptor 1
+    return "quick"
+
+
+def _dies(out: Path) -> str:
+    import os
+
+    os._exit(3)  # a stage process killed outright (out of memory, a crash in native code)
+
+
+def test_concurrent_lanes_keep_the_order_the_logs_and_each_failure(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    stages = [
+        ("first", _quick),
+        ("broken", _broken),
+        ("dies", _dies),
+        ("after death", _quick),
+        ("alone", _quick),
+    ]
+    monkeypatch.setattr(demo, "CONCURRENT", (("first", "broken"), ("dies", "after death")))
+    monkeypatch.setattr(demo, "STAGES", tuple(stages))
+    assert demo.run(argparse.Namespace(out=tmp_path, stages=None, force=False, json=True)) == 1
+    summary = json.loads(capfd.readouterr().out)
+    assert [(s["name"], s["status"]) for s in summary["stages"]] == [
+        ("first", "ok"),
+        ("broken", "failed"),
+        ("dies", "failed"),
+        ("after death", "failed"),
+        ("alone", "ok"),
+    ]
+    assert (
+        "exit code 3" in summary["stages"][2]["summary"] and "exit code 3" in summary["stages"][3]["summary"]
+    )
+    assert (tmp_path / "logs" / "first.log").read_text() == "the quick stage's own output\n"
+    assert "this stage is broken on purpose" in (tmp_path / "logs" / "broken.log").read_text()
+    report = (tmp_path / "REPORT.md").read_text()
+    assert (
+        report.index("| first |")
+        < report.index("| broken |")
+        < report.index("| dies |")
+        < report.index("| alone |")
+    )
