@@ -503,7 +503,15 @@ class MicroRuntime:
                 self._store_claimed(claims, block, hashes[position], position)  # type: ignore[arg-type]
                 claimed_below = _footprint_bound(claims)
             else:
-                self._emit_unclaimed("block_stored", [(block, hashes[position])])
+                self._seq += 1  # inline: a call per block costs more than the event
+                self._sink(
+                    {
+                        "seq": self._seq,
+                        "event": "block_stored",
+                        "block_id": block,
+                        "block_hash": hashes[position],
+                    }
+                )
 
     def _store_claimed(self, claims: list[MicroClaim], block: int, block_hash: str, position: int) -> None:
         tagged = [
@@ -544,7 +552,10 @@ class MicroRuntime:
                 else None
             )
             if not tagged:
-                self._emit_unclaimed("block_removed", [(block, block_hash)])
+                self._seq += 1  # inline: a call per block costs more than the event
+                self._sink(
+                    {"seq": self._seq, "event": "block_removed", "block_id": block, "block_hash": block_hash}
+                )
                 continue
             for claim in tagged:
                 self._emit(
