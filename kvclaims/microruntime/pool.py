@@ -105,8 +105,9 @@ class BlockPool:
         object_of, position_of = self.object_of, self.position_of
         blocks: list[int] = []
         evicted: list[Evicted] = []
-        for _ in range(count):
-            block = (free if free else retained).popitem(last=False)[0]
+        from_free = min(count, len(free))
+        for index in range(count):
+            block = (free if index < from_free else retained).popitem(last=False)[0]
             request_refs[block] = 1
             block_hash = hash_of[block]
             if block_hash is not None:
@@ -133,12 +134,25 @@ class BlockPool:
     def release(self, blocks: Iterable[int]) -> None:
         """Running requests drop their references, in the given order (tail first for a
         finished request); a block left with no reference joins a free queue."""
-        request_refs, pin_refs = self.request_refs, self.pin_refs
+        # `_enqueue` inlined: this loop runs once per block of every finished request.
+        request_refs, pin_refs, hash_of, retain_refs = (
+            self.request_refs,
+            self.pin_refs,
+            self.hash_of,
+            self.retain_refs,
+        )
+        free, retained = self.free, self.retained
         for block in blocks:
             refs = request_refs[block] - 1
             request_refs[block] = refs
             if refs == 0 and pin_refs[block] == 0:
-                self._enqueue(block)
+                if hash_of[block] is None:
+                    free[block] = None
+                    free.move_to_end(block, last=False)
+                elif retain_refs[block] > 0:
+                    retained[block] = None
+                else:
+                    free[block] = None
 
     def unpin(self, block: int) -> None:
         """Drop one pin reference of `block`; with no reference left it joins the tail of a

@@ -145,6 +145,11 @@ class RuntimeStats:
     ttl_pins_expired: int = 0
 
 
+def _footprint_bound(claims: list[MicroClaim] | None) -> int:
+    """One past the last position any of `claims` covers (0 for none)."""
+    return max([c.footprint_blocks for c in claims]) if claims else 0
+
+
 class MicroRuntime:
     """A MicroRuntime over `usable_blocks` blocks of `block_size` tokens, run by `policy`.
 
@@ -199,8 +204,19 @@ class MicroRuntime:
 
     def _emit(self, event: str, fields: dict[str, Any]) -> None:
         self._seq += 1
-        stamp = {"t_ns": self.now_ns} if self.wall_clock else {}
-        self._sink({"seq": self._seq, "event": event, "engine_step": self.step, **stamp, **fields})
+        record = {"seq": self._seq, "event": event, "engine_step": self.step}
+        if self.wall_clock:
+            record["t_ns"] = self.now_ns
+        record.update(fields)
+        self._sink(record)
+
+    def _emit_unclaimed(self, event: str, blocks_and_hashes: list[tuple[int, str]]) -> None:
+        """Emit `event` (`block_stored` or `block_removed` naming no claim, which carry no
+        engine step) for each (block, hash) in order: the hot path's batched `_emit`."""
+        seq, sink = self._seq, self._sink
+        for number, (block, block_hash) in enumerate(blocks_and_hashes, seq + 1):
+            sink({"seq": number, "event": event, "block_id": block, "block_hash": block_hash})
+        self._seq = seq + len(blocks_and_hashes)
 
     def _advance(self, claim: MicroClaim, event: Event) -> None:
         """Step the claim in the ledger; an illegal event raises `IllegalTransition`."""
@@ -475,14 +491,20 @@ class MicroRuntime:
         `_allocate` are the hot path: unclaimed blocks take the short branch."""
         stored = self.pool.store(blocks, object_id, start, hashes)
         claims = self._claims_on.get(object_id)
-        sink = self._sink
+        # Positions at or past every claim's footprint take the short branch; recomputed after
+        # each claimed store, which may forget a claim (drop it from `claims`). `stored` ascends.
+        claimed_below = _footprint_bound(claims)
+        if not stored or stored[0] >= claimed_below:
+            self._emit_unclaimed("block_stored", [(blocks[p - start], hashes[p]) for p in stored])
+            return
         for position in stored:
             block = blocks[position - start]
-            if claims and any(position < c.footprint_blocks for c in claims):
-                self._store_claimed(claims, block, hashes[position], position)
+            if position < claimed_below:
+                self._store_claimed(claims, block, hashes[position], position)  # type: ignore[arg-type]
+                claimed_below = _footprint_bound(claims)
             else:
-                self._seq += 1
-                sink(
+                self._seq += 1  # inline: a call per block costs more than the event
+                self._sink(
                     {
                         "seq": self._seq,
                         "event": "block_stored",
@@ -516,7 +538,12 @@ class MicroRuntime:
         blocks, evicted = self.pool.allocate(count)
         record.blocks.extend(blocks)
         self.stats.evicted_blocks += len(evicted)
-        claims_on, sink = self._claims_on, self._sink
+        claims_on = self._claims_on
+        if not any([claims_on.get(object_id) for _, _, object_id, _ in evicted]):
+            self._emit_unclaimed(
+                "block_removed", [(block, block_hash) for block, block_hash, _, _ in evicted]
+            )
+            return blocks
         for block, block_hash, object_id, position in evicted:
             claims = claims_on.get(object_id)
             tagged = (
@@ -525,8 +552,8 @@ class MicroRuntime:
                 else None
             )
             if not tagged:
-                self._seq += 1
-                sink(
+                self._seq += 1  # inline: a call per block costs more than the event
+                self._sink(
                     {"seq": self._seq, "event": "block_removed", "block_id": block, "block_hash": block_hash}
                 )
                 continue
@@ -763,8 +790,9 @@ class MicroRuntime:
         spec = record.spec
         if record in self._pending:
             self._pending.remove(record)
+        hold = self.pool.hold
         for block in hit_blocks:
-            self.pool.hold(block)
+            hold(block)
         record.blocks = list(hit_blocks)
         record.hit_blocks = len(hit_blocks)
         record.outcome = RequestOutcome.admitted
