@@ -280,8 +280,14 @@ class ClaimOffload:
             self.arbiter.ledger.advance(record, Event.restore)
             registry.version += 1
             self.arbiter.watch_materialization(record)
+            # The request's blocks before `first_block` were device hits and the load wrote
+            # the rest of its range: that many of the claim's leading blocks are on the device
+            # now, before vLLM reports them cached (a restore must be confirmed, issue 12).
             self.arbiter.emit(
-                ResidentClaimRestored, claim_id=claim_id, request_id=self.arbiter.trace_id(job.request_id)
+                ResidentClaimRestored,
+                claim_id=claim_id,
+                request_id=self.arbiter.trace_id(job.request_id),
+                restored_blocks=min(record.footprint_blocks, job.first_block + job.num_blocks),
             )
 
     def _load_failed(self, job_id: int, failure: FailedLoad, received_mono_ns: int) -> None:
