@@ -102,9 +102,10 @@ class Header(Protocol):
 
 class OutOfBudget(Exception):
     """A resource limit of the model, not a verdict: the per-position maps of the live claims
-    would span more than `max_prefix_positions` blocks. A footprint is a number in the trace, so
-    the model counts the maps it allocates instead of trusting it; a driver reports this as
-    undecidable (inconclusive), never as a pass or a violation."""
+    would span more than `max_prefix_positions` blocks (a footprint is a number in the trace, so
+    the model counts the maps it allocates instead of trusting it), or exact counts of shared
+    blocks would cost more than their budget (`SystemState._count_scan`). A driver reports this
+    as undecidable (inconclusive), never as a pass or a violation."""
 
 
 class _Stop(Exception):
@@ -116,6 +117,9 @@ class _Stop(Exception):
 
 _NONE: dict[str, int] = MappingProxyType({})  # type: ignore[assignment]
 """The shared, read-only empty map a claim or request starts with (most never need one)."""
+
+_NO_PAIRS: frozenset[tuple[int, int]] = frozenset()
+"""The shared empty `ClaimRecord.also_held` (most claims never share a block)."""
 
 _ClaimTable = Mapping[Phase, Mapping[Event, "Phase | lifecycle.Violation"]]
 
@@ -226,6 +230,9 @@ ASSUMED = 255
 _MAX_HOLDERS = ASSUMED - 1
 """Device blocks that may hold one claim position at once (duplicates of one content)."""
 _NS_PER_MS = 1_000_000
+SCAN_ALLOWANCE = 10_000_000
+SCAN_PER_STEP = 64
+"""Budget of the exact shared-block counts: a fixed allowance plus this much per event."""
 
 
 class ClaimRecord:
@@ -240,7 +247,9 @@ class ClaimRecord:
 
     __slots__ = (
         "accepted_at",
+        "also_held",
         "blocked_while_full",
+        "blocks",
         "broken_while_responsible",
         "checkpoint",
         "claim_id",
@@ -290,6 +299,11 @@ class ClaimRecord:
         self.checkpoint: Any = None
         self.kv_restored = False
         self.present: bytearray | None = None
+        self.blocks: dict[int, int] = {}
+        """Device block ids it is the first holder of -> the position each holds."""
+        self.also_held: set[tuple[int, int]] = _NO_PAIRS  # type: ignore[assignment]
+        """(block id, position) it holds beside a block's first holder (one content cached in
+        a block another claim stored first)."""
         self.leading = 0
         self.reported_leading = 0
         self.unconfirmed: tuple[int, int, str] | None = None
@@ -356,7 +370,8 @@ class SystemState:
         self.requests: dict[str, RequestRecord] = {}
         self.finished = RetiredIds()
         self.block_owner: dict[int, ClaimRecord] = {}
-        self.block_position: dict[int, int] = {}
+        """Every tracked device block id -> its first holder (`ClaimRecord.blocks` has the
+        position; `shared_owners` the other holders)."""
         self.block_hash: dict[int, str] = {}
         """The content of every device block id stored and not yet removed (claimed or not)."""
         self.shared_owners: dict[int, list[tuple[ClaimRecord, int]]] = {}
@@ -368,6 +383,8 @@ class SystemState:
         """Live blocks of admitted requests."""
         self.undecided: list[Undecided] = []
         self.steps = 0
+        self.scanned = 0
+        """Entries visited by exact counts of shared claim blocks (see `_count_scan`)."""
         self.requests_seen = 0
         self.witnessed: dict[TraceWitness, tuple[tuple[int, ...], set[str]]] = {}
         self._restore_witness: dict[str, tuple[int, ...]] = {}
@@ -1064,11 +1081,16 @@ class SystemState:
         def occupies(claim: ClaimRecord) -> bool:
             return claim.profile.preserving and (claim is joining or claim.phase in RESIDENT)
 
-        blocks = {key for key, owner in self.block_owner.items() if occupies(owner)}
-        blocks.update(
-            key for key, holders in self.shared_owners.items() if any(occupies(c) for c, _ in holders)
-        )
-        untracked = sum(c.footprint for c in self.claims.values() if c.present is None and occupies(c))
+        blocks: set[int] = set()
+        untracked = 0
+        self._count_scan(len(self.claims))
+        for claim in self.claims.values():
+            if occupies(claim):
+                self._count_scan(len(claim.blocks) + len(claim.also_held))
+                blocks.update(claim.blocks)
+                blocks.update(key for key, _ in claim.also_held)
+                if claim.present is None:
+                    untracked += claim.footprint
         return len(blocks) + untracked
 
     def _deferred(self, ev: Any) -> None:
@@ -1269,15 +1291,11 @@ class SystemState:
             claim: claim.required if predicate_only and claim.required is not None else claim.footprint
             for claim in claims
         }
-        positions = self.block_position
-        keys = {
-            key for key, owner in self.block_owner.items() if owner in upto and positions[key] < upto[owner]
-        }
-        keys.update(
-            key
-            for key, holders in self.shared_owners.items()
-            if any(c in upto and p < upto[c] for c, p in holders)
-        )
+        keys: set[int] = set()
+        for claim, top in upto.items():
+            self._count_scan(len(claim.blocks) + len(claim.also_held))
+            keys.update(key for key, position in claim.blocks.items() if position < top)
+            keys.update(key for key, position in claim.also_held if position < top)
         assumed = sum(
             min(claim.reported_leading, top) if claim.present is None else claim.present[:top].count(ASSUMED)
             for claim, top in upto.items()
@@ -1464,14 +1482,17 @@ class SystemState:
         owner = self.block_owner.get(key)
         if owner is None:
             self.block_owner[key] = claim
-            self.block_position[key] = position
-        elif owner is claim and self.block_position[key] == position:
+            claim.blocks[key] = position
+        elif owner is claim and claim.blocks[key] == position:
             return  # the same block stored again: no new holder
         else:
             shared = self.shared_owners.setdefault(key, [])
             if (claim, position) in shared:
                 return
             shared.append((claim, position))
+            if claim.also_held is _NO_PAIRS:
+                claim.also_held = set()
+            claim.also_held.add((key, position))
         present = claim.present
         count = present[position]  # type: ignore[index]
         if count == 0 or count == ASSUMED:
@@ -1502,9 +1523,11 @@ class SystemState:
         owner = self.block_owner.pop(key, None)
         if owner is None:
             return []
-        owned = [(owner, self.block_position.pop(key))]
+        owned = [(owner, owner.blocks.pop(key))]
         if self.shared_owners:
-            owned.extend(self.shared_owners.pop(key, ()))
+            for holder, position in self.shared_owners.pop(key, ()):
+                holder.also_held.discard((key, position))
+                owned.append((holder, position))
         return owned
 
     def _lose_owners(self, key: int) -> bool:
@@ -1575,6 +1598,17 @@ class SystemState:
             self._witness(TraceWitness.ordinary_eviction_without_claim, (self._at,))
         for owner, held_position in owned:  # a removal affects every holder, whichever it names
             self._lose(owner, held_position)
+
+    def _count_scan(self, entries: int) -> None:
+        """Charge an exact block count (needed only when claims share blocks) to the scan
+        budget: `SCAN_ALLOWANCE` entries plus `SCAN_PER_STEP` per step so far, so a trace that
+        forces a count at every event is undecidable (`OutOfBudget`) rather than quadratic."""
+        self.scanned += entries
+        if self.scanned > SCAN_ALLOWANCE + SCAN_PER_STEP * self.steps:
+            raise OutOfBudget(
+                f"exact counts of shared claim blocks visited more than {SCAN_ALLOWANCE:,} + "
+                f"{SCAN_PER_STEP} per event ({self.scanned:,} after {self.steps:,} events)"
+            )
 
     def _prefix_map(self, claim: ClaimRecord) -> bytearray:
         """A fresh presence map for `claim`, counted against `max_prefix_positions`."""
@@ -1784,7 +1818,6 @@ def step_run(state: SystemState, events: Sequence[Any], at: int) -> Violation | 
     legal finish that owes nothing, a fresh admission that fits): they are most of a typical
     trace and need neither the lifecycle nor a violation location."""
     owners = state.block_owner
-    positions = state.block_position
     hashes = state.block_hash
     shared = state.shared_owners
     requests = state.requests
@@ -1824,7 +1857,7 @@ def step_run(state: SystemState, events: Sequence[Any], at: int) -> Violation | 
                         and not claim.present[position]
                     ):
                         owners[key] = claim
-                        positions[key] = position
+                        claim.blocks[key] = position
                         hashes[key] = event.block_hash
                         present = claim.present
                         present[position] = 1
@@ -1855,7 +1888,7 @@ def step_run(state: SystemState, events: Sequence[Any], at: int) -> Violation | 
                     seen_eviction = True
                 else:
                     del hashes[key]
-                    position = positions.pop(key)
+                    position = owner.blocks.pop(key)
                     present = owner.present
                     if present is None or (position >= owner.leading and present[position] == 1):
                         if present is not None:

@@ -6,6 +6,9 @@ from __future__ import annotations
 import io
 import json
 
+import pytest
+
+from kvclaims.refinement import Outcome, check_bytes
 from kvclaims.refinement.decoding import convert_event
 from kvclaims.refinement.testing import TraceBuilder, generate_valid_trace
 from kvclaims.spec.trace import EVENT_MODELS, TraceHeader
@@ -104,3 +107,46 @@ def test_a_second_in_place_resume_names_its_kv_key_before_its_checkpoint() -> No
     violation, conforming = verdicts
     assert isinstance(violation, system.Violation) and violation.rule is ConformanceRule.hybrid_two_key
     assert conforming is None
+
+
+def _sharing_trace(bystanders: int, conflicts: int) -> TraceBuilder:
+    """Claims A and B hold the same two blocks (one content cached once, held by both), a
+    bystander claim holds `bystanders` blocks, then `conflicts` refusals blame A and B with the
+    exact protected term: each forces an exact count (their footprints, summed, overcount)."""
+    trace = TraceBuilder(usable_blocks=bystanders + 8)
+    trace.accept("A", blocks=2).accept("B", blocks=2).accept("Z", blocks=bystanders)
+    for claim in ("A", "B"):
+        for position in range(2):
+            trace.add(
+                "block_stored",
+                block_id=position,
+                block_hash=f"h{position}",
+                claim_id=claim,
+                position=position,
+            )
+    trace.store_prefix("Z", bystanders).materialize("A", 2).materialize("B", 2).materialize("Z", bystanders)
+    for number in range(conflicts):
+        trace.conflict(f"r{number}", ["A", "B"], protected=2, active=bystanders + 7)
+    return trace
+
+
+def _checked(trace: TraceBuilder) -> tuple[system.SystemState, system.Violation | None]:
+    state = system.init(TraceHeader.model_validate(trace.header))
+    return state, system.step_run(state, [convert_event(e) for e in trace.events], 2)
+
+
+def test_an_exact_count_visits_the_blamed_claims_blocks_not_every_tracked_block() -> None:
+    state, violation = _checked(_sharing_trace(bystanders=500, conflicts=50))
+    assert violation is None and system.finish(state) is None
+    # each conflict visits A's and B's two entries each (before: all 502 tracked blocks)
+    assert state.scanned == 50 * 4
+
+
+def test_a_trace_forcing_exact_counts_at_every_event_runs_out_of_budget(monkeypatch) -> None:
+    monkeypatch.setattr(system, "SCAN_ALLOWANCE", 100)
+    monkeypatch.setattr(system, "SCAN_PER_STEP", 1)
+    trace = _sharing_trace(bystanders=4, conflicts=200)
+    with pytest.raises(system.OutOfBudget, match="exact counts of shared claim blocks"):
+        _checked(trace)
+    verdict = check_bytes(trace.ndjson())  # the driver: undecidable, never a pass or a violation
+    assert verdict.outcome is Outcome.inconclusive and "exact counts" in verdict.reason
