@@ -232,7 +232,8 @@ _MAX_HOLDERS = ASSUMED - 1
 _NS_PER_MS = 1_000_000
 SCAN_ALLOWANCE = 10_000_000
 SCAN_PER_STEP = 64
-"""Budget of the exact shared-block counts: a fixed allowance plus this much per event."""
+"""Budget of the walks over claim blocks and prefixes: a fixed allowance plus this much per
+event (the hot path's leading-prefix walks up to this long are constant work, uncharged)."""
 
 
 class ClaimRecord:
@@ -384,7 +385,7 @@ class SystemState:
         self.undecided: list[Undecided] = []
         self.steps = 0
         self.scanned = 0
-        """Entries visited by exact counts of shared claim blocks (see `_count_scan`)."""
+        """Blocks, claims and prefix positions walked so far (see `_count_scan`)."""
         self.requests_seen = 0
         self.witnessed: dict[TraceWitness, tuple[tuple[int, ...], set[str]]] = {}
         self._restore_witness: dict[str, tuple[int, ...]] = {}
@@ -885,6 +886,7 @@ class SystemState:
                 )
             claim.reported_leading = ev.restored_blocks
             if claim.present is not None:  # the restored blocks are back, named or not
+                self._count_scan(len(claim.present))
                 _assume_prefix(claim, ev.restored_blocks)
         if claim.profile.two_key:
             return  # the KV side is back; the pending restoration resolves on the checkpoint
@@ -1051,6 +1053,7 @@ class SystemState:
         (`claim_shared_blocks`): the protected blocks (of the leading positions the predicates
         of materialized preserving claims need, each block once) plus the request's other live
         blocks fit in the usable pool."""
+        self._count_scan(len(self.claims))
         held = self._blocks_held_by(
             [c for c in self.claims.values() if c.profile.preserving and c.phase in _PROTECTING],
             predicate_only=True,
@@ -1258,6 +1261,7 @@ class SystemState:
                 *blocking,
             )
         claims = [self.claims[claim_id] for claim_id in blocking]
+        self._count_scan(sum(len(claim.present or b"") for claim in claims))
         if sum(_holdings_bound(claim) for claim in claims) > protected:
             holds = self._blocks_held_by(claims)
             if holds > protected:
@@ -1293,7 +1297,7 @@ class SystemState:
         }
         keys: set[int] = set()
         for claim, top in upto.items():
-            self._count_scan(len(claim.blocks) + len(claim.also_held))
+            self._count_scan(len(claim.blocks) + len(claim.also_held) + top)
             keys.update(key for key, position in claim.blocks.items() if position < top)
             keys.update(key for key, position in claim.also_held if position < top)
         assumed = sum(
@@ -1505,11 +1509,13 @@ class SystemState:
             present[position] = count + 1  # type: ignore[index]
 
     def _extend_leading(self, claim: ClaimRecord) -> None:
-        present = claim.present
-        leading = claim.leading + 1
+        present: bytearray = claim.present  # type: ignore[assignment]
+        start = claim.leading + 1
         footprint = claim.footprint
-        while leading < footprint and present[leading]:  # type: ignore[index]
-            leading += 1
+        leading = present.find(0, start, footprint)  # one C scan, however long the run
+        if leading < 0:
+            leading = footprint
+        self._count_scan(leading - start)
         claim.leading = leading
         if claim.unconfirmed is not None and leading >= claim.unconfirmed[0]:
             claim.unconfirmed = None
@@ -1600,13 +1606,16 @@ class SystemState:
             self._lose(owner, held_position)
 
     def _count_scan(self, entries: int) -> None:
-        """Charge an exact block count (needed only when claims share blocks) to the scan
-        budget: `SCAN_ALLOWANCE` entries plus `SCAN_PER_STEP` per step so far, so a trace that
-        forces a count at every event is undecidable (`OutOfBudget`) rather than quadratic."""
+        """Charge a walk over `entries` blocks, claims or prefix positions (an exact count of
+        shared blocks, a leading prefix re-extended after a loss, a restored prefix) to the
+        scan budget: `SCAN_ALLOWANCE` plus `SCAN_PER_STEP` per step so far. Each walk is linear
+        in the claim it concerns, so a trace that forces a long one at every event (a loss and
+        re-store of position 0 of a long prefix, counts among sharing claims) is undecidable
+        (`OutOfBudget`) rather than quadratic."""
         self.scanned += entries
         if self.scanned > SCAN_ALLOWANCE + SCAN_PER_STEP * self.steps:
             raise OutOfBudget(
-                f"exact counts of shared claim blocks visited more than {SCAN_ALLOWANCE:,} + "
+                f"walks over claim blocks and prefixes visited more than {SCAN_ALLOWANCE:,} + "
                 f"{SCAN_PER_STEP} per event ({self.scanned:,} after {self.steps:,} events)"
             )
 
@@ -1862,10 +1871,12 @@ def step_run(state: SystemState, events: Sequence[Any], at: int) -> Violation | 
                         present = claim.present
                         present[position] = 1
                         if position == claim.leading:
-                            leading = position + 1
                             footprint = claim.footprint
-                            while leading < footprint and present[leading]:
-                                leading += 1
+                            leading = present.find(0, position + 1, footprint)
+                            if leading < 0:
+                                leading = footprint
+                            if leading - position > SCAN_PER_STEP:
+                                state._count_scan(leading - position)
                             claim.leading = leading
                             required = claim.required
                             if claim.unconfirmed is not None or (

@@ -136,17 +136,38 @@ def _checked(trace: TraceBuilder) -> tuple[system.SystemState, system.Violation 
 
 
 def test_an_exact_count_visits_the_blamed_claims_blocks_not_every_tracked_block() -> None:
-    state, violation = _checked(_sharing_trace(bystanders=500, conflicts=50))
-    assert violation is None and system.finish(state) is None
-    # each conflict visits A's and B's two entries each (before: all 502 tracked blocks)
-    assert state.scanned == 50 * 4
+    few, violation = _checked(_sharing_trace(bystanders=5, conflicts=50))
+    assert violation is None and system.finish(few) is None
+    many, violation = _checked(_sharing_trace(bystanders=5_000, conflicts=50))
+    assert violation is None and system.finish(many) is None
+    # the counts walk A's and B's maps and blocks (before: every tracked block, the bystander's too)
+    assert many.scanned == few.scanned > 0
 
 
-def test_a_trace_forcing_exact_counts_at_every_event_runs_out_of_budget(monkeypatch) -> None:
+def test_re_storing_the_first_block_of_a_long_prefix_again_and_again_runs_out_of_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each re-store of position 0 re-extends the leading prefix over the whole footprint: a
+    walk per event, charged, so the attack ends inconclusive instead of quadratic."""
+    monkeypatch.setattr(system, "SCAN_ALLOWANCE", 10_000)
+    monkeypatch.setattr(system, "SCAN_PER_STEP", 1)
+    trace = TraceBuilder(usable_blocks=4_000).accept("A", blocks=1, footprint=2_000)
+    trace.store_prefix("A", 2_000).materialize("A", 2_000)
+    for _ in range(20):
+        trace.remove_block("A", 0).store_prefix("A", 1)
+    state = system.init(TraceHeader.model_validate(trace.header))
+    with pytest.raises(system.OutOfBudget, match="walks over claim blocks"):
+        system.step_run(state, [convert_event(e) for e in trace.events], 2)
+    assert 10_000 + state.steps < state.scanned <= 10_000 + state.steps + 2_000  # stopped at once
+
+
+def test_a_trace_forcing_exact_counts_at_every_event_runs_out_of_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(system, "SCAN_ALLOWANCE", 100)
     monkeypatch.setattr(system, "SCAN_PER_STEP", 1)
     trace = _sharing_trace(bystanders=4, conflicts=200)
-    with pytest.raises(system.OutOfBudget, match="exact counts of shared claim blocks"):
+    with pytest.raises(system.OutOfBudget, match="walks over claim blocks and prefixes"):
         _checked(trace)
     verdict = check_bytes(trace.ndjson())  # the driver: undecidable, never a pass or a violation
-    assert verdict.outcome is Outcome.inconclusive and "exact counts" in verdict.reason
+    assert verdict.outcome is Outcome.inconclusive and "walks over claim blocks" in verdict.reason
