@@ -6,13 +6,13 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+from support.http_server import loopback_http
 
 from kvclaims.lab.local_server import ServerNotHealthy, free_port, wait_healthy
 
@@ -32,15 +32,8 @@ def health_server(statuses: list[int]) -> Iterator[tuple[str, list[str]]]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", asked
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with loopback_http(Handler) as url:
+        yield url, asked
 
 
 def test_it_returns_once_health_answers_200_after_failures() -> None:
