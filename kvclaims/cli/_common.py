@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from kvclaims.spec.errors import Problem
+from kvclaims.spec.errors import InputError, Problem
 
 if TYPE_CHECKING:  # rich is imported where output is rendered: `check`'s verdict path stays light
     from rich.console import Console
@@ -109,18 +109,25 @@ def data_directory() -> Path:
 
 def new_run_folder(command: str) -> Path:
     """Creates and returns a fresh folder for one run of `command`: `<data directory>/
-    <command>-<UTC time>`, with `-2`, `-3`, ... when another run already took that name."""
+    <command>-<UTC time>`, with `-2`, `-3`, ... when another run already took that name.
+    Raises `InputError` naming the folder when it cannot be created."""
     root = data_directory()
-    root.mkdir(parents=True, exist_ok=True)
     stem = f"{command}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}"
-    for number in range(1, MAX_RUN_FOLDER_SUFFIX + 1):
-        folder = root / (stem if number == 1 else f"{stem}-{number}")
-        try:
-            folder.mkdir()
-        except FileExistsError:
-            continue
-        return folder
-    raise FileExistsError(f"{root / stem}: {MAX_RUN_FOLDER_SUFFIX} runs already took this name")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        for number in range(1, MAX_RUN_FOLDER_SUFFIX + 1):
+            folder = root / (stem if number == 1 else f"{stem}-{number}")
+            try:
+                folder.mkdir()
+            except FileExistsError:
+                continue
+            return folder
+    except OSError as error:
+        reason = f"cannot create the output folder: {error.strerror or error}"
+        problem = Problem(str(root), f"{reason} (give -o, or set KVCLAIMS_OUT_DIR)", field="out")
+        raise InputError([problem]) from None
+    reason = f"{MAX_RUN_FOLDER_SUFFIX} runs started in this second already took this name (give -o)"
+    raise InputError([Problem(str(root / stem), reason, field="out")])
 
 
 def out_or_new_run_folder(out: Path | None, command: str) -> Path:

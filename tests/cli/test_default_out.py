@@ -102,6 +102,17 @@ def test_runs_in_the_same_second_get_folders_of_their_own(
     assert _common.out_or_new_run_folder(explicit, "demo") == explicit and not explicit.exists()
 
 
+def test_a_data_directory_that_cannot_be_created_is_invalid_input(
+    data: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    data.parent.joinpath("data").write_text("a file where the folder should be")
+    assert main(["demo", "--stages", "schemas"]) == 2
+    error = capfd.readouterr().err
+    reason = "cannot create the output folder: File exists (give -o, or set KVCLAIMS_OUT_DIR)"
+    assert error == f"error: {data} [out]: {reason}\n"
+    data.unlink()
+
+
 def test_no_option_of_any_command_defaults_to_a_relative_path() -> None:
     """A relative default is a path in the working directory, which may be a checkout."""
     commands = [((), cli)]
