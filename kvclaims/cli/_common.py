@@ -8,13 +8,14 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
 from enum import IntEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from kvclaims.spec.errors import Problem
+from kvclaims.spec.errors import InputError, Problem
 
 if TYPE_CHECKING:  # rich is imported where output is rendered: `check`'s verdict path stays light
     from rich.console import Console
@@ -38,9 +39,12 @@ Exit codes (every command):
   3  inconclusive (`check`: the checker could not decide, e.g. an unknown event type)
 
 \b
-Conventions: -o/--out names what a command writes; --json prints JSON lines, one object per
-line (one per record: a trace, a row, an obligation, a name of a --list; one line for a command
-with one result); `-` reads stdin where a command reads input (check, lower)."""
+Conventions: -o/--out names what a command writes (a command that writes without it writes to
+a new folder COMMAND-<UTC time> in $KVCLAIMS_OUT_DIR, else $XDG_DATA_HOME/kvclaims, else
+~/.local/share/kvclaims, never the working directory, and names it at the end); --json prints
+JSON lines, one object per line (one per record: a trace, a row, an obligation, a name of a
+--list; one line for a command with one result); `-` reads stdin where a command reads input
+(check, lower)."""
 """The top-level help's epilog (`\\b` keeps click from rewrapping it)."""
 
 
@@ -56,11 +60,79 @@ LABEL_STYLES = {
 PathType = click.Path(path_type=Path)
 
 
-def out_option(help: str, *, default: Path | None = None, required: bool = False, metavar: str = "DIR"):
-    """`-o/--out`: where a command writes (the one spelling for every command)."""
+DATA_DIRECTORY_RULE = "$KVCLAIMS_OUT_DIR, else $XDG_DATA_HOME/kvclaims, else ~/.local/share/kvclaims"
+"""Where a command writes without -o (`data_directory`), as its help says it."""
+
+MAX_RUN_FOLDER_SUFFIX = 1000
+"""Runs of one command started in one second that get a folder of their own (`new_run_folder`)."""
+
+
+def out_option(
+    help: str,
+    *,
+    run_folder: str | None = None,
+    run_file: str | None = None,
+    required: bool = False,
+    metavar: str = "DIR",
+):
+    """`-o/--out`: where a command writes (the one spelling for every command). `run_folder`
+    names the command's default, a new folder `new_run_folder(run_folder)` (or the file
+    `run_file` in it), which the command creates when it starts writing (the option's value is
+    then None)."""
+    default: str | bool = False
+    if run_folder is not None:
+        default = f"a new folder {run_folder}-<UTC time> in {DATA_DIRECTORY_RULE}"
+        default = f"{run_file} in {default}" if run_file else default
     return click.option(
-        "-o", "--out", type=PathType, default=default, required=required, metavar=metavar, help=help
+        "-o",
+        "--out",
+        type=PathType,
+        required=required,
+        metavar=metavar,
+        show_default=default,
+        help=help,
     )
+
+
+def data_directory() -> Path:
+    """The user's kvclaims data directory, where a command writes without -o:
+    `$KVCLAIMS_OUT_DIR`, else `$XDG_DATA_HOME/kvclaims`, else `~/.local/share/kvclaims`.
+    A relative `$XDG_DATA_HOME` is ignored, as the XDG base directory specification says, so
+    that a default never lands in the working directory (which may be a checkout)."""
+    explicit = os.environ.get("KVCLAIMS_OUT_DIR")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_DATA_HOME", "")
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".local" / "share"
+    return base / "kvclaims"
+
+
+def new_run_folder(command: str) -> Path:
+    """Creates and returns a fresh folder for one run of `command`: `<data directory>/
+    <command>-<UTC time>`, with `-2`, `-3`, ... when another run already took that name.
+    Raises `InputError` naming the folder when it cannot be created."""
+    root = data_directory()
+    stem = f"{command}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        for number in range(1, MAX_RUN_FOLDER_SUFFIX + 1):
+            folder = root / (stem if number == 1 else f"{stem}-{number}")
+            try:
+                folder.mkdir()
+            except FileExistsError:
+                continue
+            return folder
+    except OSError as error:
+        reason = f"cannot create the output folder: {error.strerror or error}"
+        problem = Problem(str(root), f"{reason} (give -o, or set KVCLAIMS_OUT_DIR)", field="out")
+        raise InputError([problem]) from None
+    reason = f"{MAX_RUN_FOLDER_SUFFIX} runs started in this second already took this name (give -o)"
+    raise InputError([Problem(str(root / stem), reason, field="out")])
+
+
+def out_or_new_run_folder(out: Path | None, command: str) -> Path:
+    """`-o`'s value when given, else a fresh `new_run_folder(command)`."""
+    return out if out is not None else new_run_folder(command)
 
 
 def jobs_option(help: str):
