@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from kvclaims.spec.errors import InputError, Problem
+from kvclaims.userdirs import data_directory
 
 if TYPE_CHECKING:  # rich is imported where output is rendered: `check`'s verdict path stays light
     from rich.console import Console
@@ -92,19 +93,6 @@ def out_option(
         show_default=default,
         help=help,
     )
-
-
-def data_directory() -> Path:
-    """The user's kvclaims data directory, where a command writes without -o:
-    `$KVCLAIMS_OUT_DIR`, else `$XDG_DATA_HOME/kvclaims`, else `~/.local/share/kvclaims`.
-    A relative `$XDG_DATA_HOME` is ignored, as the XDG base directory specification says, so
-    that a default never lands in the working directory (which may be a checkout)."""
-    explicit = os.environ.get("KVCLAIMS_OUT_DIR")
-    if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_DATA_HOME", "")
-    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".local" / "share"
-    return base / "kvclaims"
 
 
 def new_run_folder(command: str) -> Path:

@@ -20,6 +20,7 @@ import pytest
 from kvclaims.cli import _common, cli, main
 from kvclaims.cli import vllm as vllm_cli
 from kvclaims.refinement.testing import TraceBuilder
+from kvclaims.userdirs import cache_directory, data_directory
 
 RUN_FOLDER = re.compile(r"^(?P<command>[a-z-]+)-\d{8}T\d{6}Z(-\d+)?$")
 DEFAULT_OUT_COMMANDS = {
@@ -71,13 +72,13 @@ def test_the_data_directory_is_kvclaims_out_dir_then_xdg_then_home(
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     monkeypatch.setenv("KVCLAIMS_OUT_DIR", str(tmp_path / "explicit"))
-    assert _common.data_directory() == tmp_path / "explicit"
+    assert data_directory() == tmp_path / "explicit"
     monkeypatch.delenv("KVCLAIMS_OUT_DIR")
-    assert _common.data_directory() == tmp_path / "xdg" / "kvclaims"
+    assert data_directory() == tmp_path / "xdg" / "kvclaims"
     monkeypatch.setenv("XDG_DATA_HOME", "relative/data")  # invalid by the XDG spec: ignored
-    assert _common.data_directory() == tmp_path / "home" / ".local" / "share" / "kvclaims"
+    assert data_directory() == tmp_path / "home" / ".local" / "share" / "kvclaims"
     monkeypatch.delenv("XDG_DATA_HOME")
-    assert _common.data_directory() == tmp_path / "home" / ".local" / "share" / "kvclaims"
+    assert data_directory() == tmp_path / "home" / ".local" / "share" / "kvclaims"
 
 
 class _FrozenClock(real_datetime.datetime):
@@ -257,3 +258,14 @@ def test_vllm_repeat_writes_a_new_folder(data: Path, capfd: pytest.CaptureFixtur
     folder = only_run_folder(data, "vllm-repeat")
     assert (folder / "aggregate.json").is_file() and (folder / "aggregate.md").is_file()
     assert f"aggregate: {folder / 'aggregate.json'}" in capfd.readouterr().out
+
+
+def test_the_cache_directory_follows_the_same_rule(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("KVCLAIMS_CACHE_DIR", str(tmp_path / "explicit"))
+    assert cache_directory() == tmp_path / "explicit"
+    monkeypatch.delenv("KVCLAIMS_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_directory() == tmp_path / "xdg" / "kvclaims"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_directory() == tmp_path / "home" / ".cache" / "kvclaims"
