@@ -33,18 +33,20 @@ SEMANTICS = frozenset({"spec", "statemachine"})
 ALLOWED: dict[str, frozenset[str]] = {
     "spec": frozenset(),
     "bundled": frozenset(),  # package data: paths only
+    "userdirs": frozenset(),  # the user's data and cache directories: paths only
     # the oracle's comparison harness drives the checker and the MicroRuntime; its interpreter
     # imports nothing of kvclaims (test_the_oracle_shares_no_deciding_code_with_the_checker)
     "oracle": frozenset({"refinement", "microruntime"}),
     "statemachine": frozenset({"spec"}),
     "microruntime": SEMANTICS,
-    "solver": SEMANTICS,
+    "solver": SEMANTICS | {"userdirs"},
     "refinement": SEMANTICS,
     "vllm_binding": SEMANTICS,
-    "lab": SEMANTICS | {"microruntime", "refinement", "vllm_binding"},
+    "lab": SEMANTICS | {"microruntime", "refinement", "vllm_binding", "userdirs"},
     "report": SEMANTICS | {"microruntime", "refinement", "lab", "solver"},
     "testing": SEMANTICS | {"microruntime", "refinement", "lab"},
-    "cli": SEMANTICS | {"microruntime", "solver", "refinement", "vllm_binding", "lab", "report", "bundled"},
+    "cli": SEMANTICS
+    | {"microruntime", "solver", "refinement", "vllm_binding", "lab", "report", "bundled", "userdirs"},
     "__main__": frozenset({"cli"}),
     "__init__": frozenset(),  # its public names are imported lazily, by name, via importlib
 }
