@@ -16,7 +16,8 @@ import click
 import pytest
 from rich.console import Console
 
-from kvclaims.cli import COMMANDS, SIGPIPE_EXIT, cli, main
+from kvclaims.cli import COMMANDS, SIGPIPE_EXIT, main
+from kvclaims.cli.app import cli
 from kvclaims.cli._common import terminal_table
 from kvclaims.refinement.testing import TraceBuilder
 
