@@ -17,8 +17,8 @@ import pytest
 from rich.console import Console
 
 from kvclaims.cli import COMMANDS, SIGPIPE_EXIT, main
-from kvclaims.cli.app import cli
 from kvclaims.cli._common import terminal_table
+from kvclaims.cli.app import cli
 from kvclaims.refinement.testing import TraceBuilder
 
 REPOSITORY = Path(__file__).resolve().parents[2]
