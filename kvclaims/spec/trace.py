@@ -7,8 +7,10 @@ event *type* is not an error here but makes a refinement verdict `inconclusive`,
 `accepted`.
 
 These models are the schema of record: the committed JSON Schemas are generated from them, the
-MicroRuntime and the vLLM binding construct them, and the refinement reader derives its fast
-decoders from `EVENT_MODELS`.
+MicroRuntime and the vLLM binding construct them, and the refinement reader decodes into msgspec
+Structs generated from `EVENT_MODELS` (`kvclaims.spec.trace_structs`, by `struct_codegen`). A
+validator here must be a `model_rule` (a plain function of `kvclaims.spec.model_rules`), which
+the Structs run too; the enums live in `kvclaims.spec.vocabulary`, the reader's side of them.
 """
 
 from __future__ import annotations
