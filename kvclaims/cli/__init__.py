@@ -1,10 +1,11 @@
 """The `kvclaims` command line (also `python -m kvclaims`).
 
-The commands are built on click (`kvclaims.cli.app`). `kvclaims check`'s plain command lines (a
-trace list with the options a check of files usually has: `kvclaims.cli.check.plain_args`) run
-without it: a check then imports what checking needs and nothing else, the same run with the
-same output and exit code as through click (a test compares the two parses). Bad input of any
-kind is an `InputError`: printed with file, line and field, exit code 2, never a traceback.
+The commands are built on click (`kvclaims.cli.app`, which lists them in `COMMANDS`).
+`kvclaims check`'s plain command lines (a trace list with the options a check of files usually
+has: `kvclaims.cli.check.plain_args`) run without it: a check then imports what checking needs
+and nothing else, with the same output and exit code as through click (tests compare the two).
+Bad input of any kind is an `InputError`: printed with file, line and field, exit code 2, never
+a traceback.
 """
 
 from __future__ import annotations
@@ -13,29 +14,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-COMMANDS: tuple[str, ...] = (
-    "lower",
-    "matrix",
-    "schema",
-    "prove",
-    "adversary",
-    "lifecycle",
-    "scenario",
-    "fuzz",
-    "check",
-    "report",
-    "vllm",
-    "serve",
-    "watch",
-    "demo",
-)
-"""Subcommand modules (each exposes `command`), in the order `kvclaims --help` lists them."""
-
-SIGPIPE_EXIT = 128 + 13
-"""What a shell reports for a process ended by SIGPIPE: `kvclaims ... | head` ends like `cat`."""
-
-ABORTED_EXIT = 130
-"""Interrupted (Ctrl-C): what a shell reports for SIGINT."""
+from kvclaims.cli._output import ABORTED_EXIT, Exit, print_problems, quiet_broken_pipe
+from kvclaims.spec.errors import InputError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -49,9 +29,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         from kvclaims.cli.app import run_click
 
         return run_click(argv)
-    from kvclaims.cli._output import Exit, print_problems
-    from kvclaims.spec.errors import InputError
-
     try:
         return check.run(args)
     except InputError as error:
@@ -62,14 +39,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (EOFError, KeyboardInterrupt):  # as click ends an interrupted command
         print(file=sys.stderr, flush=True)
         return ABORTED_EXIT
-
-
-def quiet_broken_pipe() -> int:
-    """The reader went away (`| head`): stop writing, and let Python's exit-time flush of
-    stdout go to /dev/null instead of printing a BrokenPipeError."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    return SIGPIPE_EXIT
 
 
 def entry_point() -> None:

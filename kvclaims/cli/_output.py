@@ -19,6 +19,13 @@ if TYPE_CHECKING:  # rich is imported where output is rendered: `check`'s verdic
     from rich.table import Table
 
 
+SIGPIPE_EXIT = 128 + 13
+"""What a shell reports for a process ended by SIGPIPE: `kvclaims ... | head` ends like `cat`."""
+
+ABORTED_EXIT = 130
+"""Interrupted (Ctrl-C): what a shell reports for SIGINT."""
+
+
 class Exit(IntEnum):
     """Exit codes scripts can rely on. `check` adds 3 for an inconclusive trace."""
 
@@ -36,6 +43,14 @@ LABEL_STYLES = {
     "rejected": "red",
     "invalid": "magenta",
 }
+
+
+def quiet_broken_pipe() -> int:
+    """The reader went away (`| head`): stop writing, and let Python's exit-time flush of
+    stdout go to /dev/null instead of printing a BrokenPipeError."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return SIGPIPE_EXIT
 
 
 def is_terminal(stream: Any) -> bool:

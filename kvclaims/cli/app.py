@@ -16,9 +16,27 @@ from collections.abc import Sequence
 
 import click
 
-from kvclaims.cli import ABORTED_EXIT, COMMANDS, quiet_broken_pipe
 from kvclaims.cli._common import EXIT_CODES_HELP, Exit, print_problems
+from kvclaims.cli._output import ABORTED_EXIT, quiet_broken_pipe
 from kvclaims.spec.errors import InputError
+
+COMMANDS: tuple[str, ...] = (
+    "lower",
+    "matrix",
+    "schema",
+    "prove",
+    "adversary",
+    "lifecycle",
+    "scenario",
+    "fuzz",
+    "check",
+    "report",
+    "vllm",
+    "serve",
+    "watch",
+    "demo",
+)
+"""Subcommand modules (each exposes `command`), in the order `kvclaims --help` lists them."""
 
 
 class _Commands(click.Group):
