@@ -3,9 +3,8 @@
 The header and each event line are decoded into their generated msgspec Structs
 (`kvclaims.refinement.decoding`), the model rules a Struct cannot express are checked where
 needed, and `seq` must strictly increase; pydantic is imported only to word what a Struct
-refused in a header. The hot loop
-pushes events into the sink (the checker) without generators in between: splitting 1 MiB chunks
-into lines, one C decode per line, one call per event.
+refused in a header. The hot loop pushes events into the sink (the checker) without generators
+in between: splitting 1 MiB chunks into lines, one C decode per line, one call per event.
 
 Duplicate and unknown keys: the decoded Structs are re-encoded, a whole chunk in one C call, in
 their shortest form (no defaults, no whitespace; msgspec writes every string and integer in its
