@@ -34,6 +34,7 @@ from kvclaims.refinement import check_trace
 from kvclaims.refinement.decoding import event_decoder
 from kvclaims.refinement.reader import CHUNK_BYTES
 from kvclaims.refinement.testing import generate_valid_trace
+from kvclaims.userdirs import cache_directory
 
 CLOCK = time.perf_counter
 """Wall clock by default; --cpu times process CPU instead (steadier on a shared machine)."""
@@ -116,7 +117,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--big-repeat", type=int, default=2, help="runs of the --big trace (best is kept)")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--dir", type=Path, default=Path("/tmp/kvclaims-bench"))
+    parser.add_argument(
+        "--dir", type=Path, default=cache_directory() / "bench", help="where generated traces are kept"
+    )
     parser.add_argument("--cpu", action="store_true", help="time process CPU instead of wall clock")
     args = parser.parse_args()
     global CLOCK

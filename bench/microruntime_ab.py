@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/microruntime_ab.py --base OTHER_CHECKOUT [--operations 100000] [--rounds 3]
 
-OTHER_CHECKOUT is another checkout of kvclaims (e.g. `git worktree add /tmp/base main`). Both
+OTHER_CHECKOUT is another checkout of kvclaims (e.g. `git worktree add ../kvclaims-base main`). Both
 trees run in child processes (PYTHONPATH set to each): first each prints a SHA-256 of every
 trace it produces (every lab scenario, the seed workload and seeded small-pool workloads under
 every policy); any difference is reported and the exit status is 1. Then the memory-sink bench

@@ -55,3 +55,10 @@ def _private_cache_directory(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Caches the commands keep (the native-upgrade search) go to a fresh folder per run,
     never to the user's cache directory, so no test depends on an earlier run."""
     os.environ["KVCLAIMS_CACHE_DIR"] = str(tmp_path_factory.mktemp("kvclaims-cache"))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_data_directory(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """What a command writes without -o goes to a fresh folder per test run, never to the
+    user's data directory."""
+    os.environ["KVCLAIMS_OUT_DIR"] = str(tmp_path_factory.mktemp("kvclaims-data"))

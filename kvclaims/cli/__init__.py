@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from kvclaims.cli._output import ABORTED_EXIT, Exit, print_problems, quiet_broken_pipe
 from kvclaims.spec.errors import InputError
@@ -39,6 +40,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (EOFError, KeyboardInterrupt):  # as click ends an interrupted command
         print(file=sys.stderr, flush=True)
         return ABORTED_EXIT
+
+
+def __getattr__(name: str) -> Any:
+    """`cli` (the click group) and `COMMANDS`, from `kvclaims.cli.app` when first asked for:
+    importing this package loads no click."""
+    if name in ("cli", "COMMANDS"):
+        from kvclaims.cli import app
+
+        return getattr(app, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def entry_point() -> None:

@@ -11,6 +11,9 @@ checker.
 `--ray [ADDRESS]` searches each positive row as a Ray task on that cluster (alone: a local
 cluster of --jobs CPUs); the descriptors and index written are those of a local run.
 
+Without -o, DIR is a new folder in the user's data directory; the last line names it (`--json`:
+the summary's "out").
+
 `--json` prints the summary as one JSON line.
 
 Exit codes: 0 every descriptor failed closed (and model and Python agreed) and every trace class
@@ -32,6 +35,7 @@ from kvclaims.cli._common import (
     jobs_option,
     json_option,
     out_option,
+    out_or_new_run_folder,
     print_json,
     print_table,
     ray_option,
@@ -40,6 +44,9 @@ from kvclaims.cli._common import (
     stdout_console,
 )
 from kvclaims.cli.prove import progress_steps
+
+RUN_FOLDER = "adversary"
+"""The name of the folder `kvclaims adversary` writes to without -o (`new_run_folder`)."""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
     quiet = args.json
     rows = positive_rows(args.descriptors)
+    args.out = out_or_new_run_folder(args.out, RUN_FOLDER)
     jobs = args.jobs or available_cores()
     with progress_steps(0, "adversarial descriptors") as advance:
         report = run_adversary(
@@ -148,7 +156,7 @@ def demo_stage(out: Path) -> str:
     help=__doc__,
     short_help="generate adversarial descriptors and traces (Z3) that must fail closed",
 )
-@out_option("output folder", default=Path("kvclaims-adversary"))
+@out_option("output folder", run_folder=RUN_FOLDER)
 @click.option(
     "--budget", type=float, default=300.0, show_default=True, metavar="SECONDS", help="descriptor search cap"
 )

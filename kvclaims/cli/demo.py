@@ -16,7 +16,8 @@ conform, did this run conform, are the rules sound.
 Progress is shown while it runs (plain lines when output is piped); each stage's own output goes
 to DIR/logs/<stage>.log. A failing stage does not stop the run: it is recorded, the other stages
 still run, and it is named in the final table and in REPORT.md. DIR must be empty or new
-(`--force` writes into a non-empty one); DIR/manifest.json lists exactly the files the run
+(`--force` writes into a non-empty one); without -o it is a new folder in the user's data
+directory, printed at the end (and in --json's "out"); DIR/manifest.json lists exactly the files the run
 wrote. `--stages` runs only the named stages (comma-separated, as the table names them).
 
 Exit status: 0 when every stage succeeded or was skipped, 1 when any stage failed, 2 on bad
@@ -33,7 +34,7 @@ import click
 
 from kvclaims.bundled import DESCRIPTORS, TRACES
 from kvclaims.cli import report
-from kvclaims.cli._common import force_option, json_option, out_option, runs
+from kvclaims.cli._common import force_option, json_option, out_option, out_or_new_run_folder, runs
 from kvclaims.cli.adversary import demo_stage as adversary_demo_stage
 from kvclaims.cli.prove import demo_stage as prove_demo_stage
 from kvclaims.cli.report import NOT_RUN, Stage
@@ -46,6 +47,8 @@ from kvclaims.spec.errors import InputError, Problem
 
 __all__ = ["NOT_RUN", "STAGES", "Stage"]
 
+RUN_FOLDER = "demo"
+"""The name of the folder `kvclaims demo` writes to without -o (`new_run_folder`)."""
 TIMELINE_VLLM = "vllm-engine/path-c-multi-claim.ndjson"
 TIMELINE_FALLBACK = "scenarios/offload-restore.ndjson"
 
@@ -145,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
             )
         stages = tuple((name, stage) for name, stage in STAGES if name in wanted)
     return report.run_stages(
-        args.out,
+        out_or_new_run_folder(args.out, RUN_FOLDER),
         stages,
         title="kvclaims demo report",
         force=getattr(args, "force", False),
@@ -157,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
 @click.command(
     "demo", help=__doc__, short_help="run the main job end to end on the bundled inputs, write DIR/REPORT.md"
 )
-@out_option("output folder (new or empty)", default=Path("kvclaims-out"))
+@out_option("output folder (new or empty)", run_folder=RUN_FOLDER)
 @click.option("--stages", metavar="A,B,...", help="run only these stages (default: all)")
 @force_option
 @json_option

@@ -211,6 +211,7 @@ def run_stages(
     if as_json:
         print_json(
             {
+                "out": str(out),
                 "report": str(report),
                 "manifest": str(manifest),
                 "failed": failed,
@@ -383,7 +384,7 @@ def _print_summary(records: list[StageRecord], total: float, report: Path) -> No
     rows = [[r.name, r.status, f"{r.seconds:.1f}"] for r in records]
     rows.append(["total", "failed" if any(r.status == "failed" for r in records) else "ok", f"{total:.1f}"])
     print_table("stages", ["stage", "status", "seconds"], rows)
-    print(f"report: {report}  (stage logs in {report.parent / 'logs'}/, files written in manifest.json)")
+    print(f"outputs in {report.parent}/: start with {report.name} (stage logs: logs/; files: manifest.json)")
 
 
 @click.command(

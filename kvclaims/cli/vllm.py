@@ -7,6 +7,9 @@ random-weight Llama with the binding's scheduler, offload connector, CPU-tier po
 offload worker. Every scenario writes one kvclaims trace v1, prints what it measured, and is
 checked by refinement. `--list` works without vLLM.
 
+Without -o, a command writes to a new folder in the user's data directory (`vllm-<command>-<UTC
+time>`) and names it at the end (`--json`: in its object).
+
 Exit codes: 0 when every trace got its expected verdict (positives accepted; controls rejected,
 or for engine-lane controls accepted without restoration evidence for their claim), every fuzz
 example passed and `descriptor --check` found no drift; 1 when not; 2 for bad input or a missing
@@ -27,7 +30,9 @@ from kvclaims.cli._common import (
     Exit,
     PathType,
     json_option,
+    new_run_folder,
     out_option,
+    out_or_new_run_folder,
     print_json,
     print_names,
     print_table,
@@ -38,7 +43,8 @@ from kvclaims.cli._common import (
 )
 
 LANES = ("scheduler", "engine")
-DEFAULT_OUT = Path("kvclaims-out") / "vllm"
+RUN_FOLDERS = {command: f"vllm-{command}" for command in ("scenario", "sweep", "fuzz", "repeat")}
+"""The name of the folder each command writes to without -o (`new_run_folder`)."""
 
 
 def _vllm_problem() -> str | None:
@@ -79,7 +85,7 @@ def _run_scenario(args: argparse.Namespace) -> int:
     from kvclaims.lab.scheduler_scenarios import run_scenario
     from kvclaims.refinement import check_trace
 
-    trace = args.out or DEFAULT_OUT / f"{args.name}.ndjson"
+    trace = _trace_to_write(args)
     result = run_scenario(args.name, trace)
     verdict = check_trace(trace)
     expected = "rejected" if SCENARIOS[args.name].control else "accepted"
@@ -111,6 +117,11 @@ def _run_scenario(args: argparse.Namespace) -> int:
     return Exit.ok if ok else Exit.not_sound
 
 
+def _trace_to_write(args: argparse.Namespace) -> Path:
+    """`-o`, else NAME.ndjson in a new folder of the data directory."""
+    return args.out or new_run_folder(RUN_FOLDERS["scenario"]) / f"{args.name}.ndjson"
+
+
 def _vllm_logs_to_stderr() -> None:
     """vLLM logs to stdout by default; this command's stdout is its result (JSON or a table)."""
     import logging
@@ -139,7 +150,7 @@ def _run_engine_scenario(args: argparse.Namespace) -> int:
     from kvclaims.refinement import check_trace
     from kvclaims.refinement.evidence import evidence_items
 
-    trace = args.out or DEFAULT_OUT / "engine" / f"{args.name}.ndjson"
+    trace = _trace_to_write(args)
     _vllm_logs_to_stderr()
     if args.engine_core == "multiprocess":
         from kvclaims.lab.production_engines import MultiprocessLane
@@ -224,15 +235,16 @@ def _run_repeat(args: argparse.Namespace) -> int:
     from kvclaims.lab.repeat import repeat, write_aggregate
 
     names = [n for n in args.scenarios.split(",") if n] if args.scenarios else None
+    out = out_or_new_run_folder(args.out, RUN_FOLDERS["repeat"])
     with Progress(transient=True, disable=not stdout_console().is_terminal) as progress:
         task = progress.add_task("repetitions (fresh processes)", total=args.runs)
         try:
-            summary = repeat(args.out, args.runs, names, on_run=lambda i: progress.update(task, completed=i))
+            summary = repeat(out, args.runs, names, on_run=lambda i: progress.update(task, completed=i))
         except KeyError as error:
             raise InputError([Problem("kvclaims vllm repeat", str(error))]) from None
-    json_path, md_path = write_aggregate(args.out, summary)
+    json_path, md_path = write_aggregate(out, summary)
     if args.json:
-        print_json(summary)
+        print_json(summary | {"out": str(out)})
     else:
         stdout_console().print(md_path.read_text(encoding="utf-8"))
         stdout_console().print(f"aggregate: {json_path} and {md_path}")
@@ -287,11 +299,12 @@ def _run_sweep(args: argparse.Namespace) -> int:
     from kvclaims.lab.scheduler_scenarios import capacity_sweep
     from kvclaims.refinement import check_trace
 
-    rows = capacity_sweep(args.out)
-    verdicts = {path.name: str(check_trace(path).outcome) for path in sorted(args.out.glob("sweep-*.ndjson"))}
+    out = out_or_new_run_folder(args.out, RUN_FOLDERS["sweep"])
+    rows = capacity_sweep(out)
+    verdicts = {path.name: str(check_trace(path).outcome) for path in sorted(out.glob("sweep-*.ndjson"))}
     ok = all(outcome == "accepted" for outcome in verdicts.values())
     if args.json:
-        print_json({"rows": rows, "verdicts": verdicts, "traces": str(args.out)})
+        print_json({"rows": rows, "verdicts": verdicts, "traces": str(out)})
     else:
         columns = list(rows[0])
         print_table(
@@ -300,7 +313,7 @@ def _run_sweep(args: argparse.Namespace) -> int:
             [[json.dumps(row[c]) for c in columns] for row in rows],
         )
         stdout_console().print(
-            f"{len(verdicts)} traces in {args.out}: "
+            f"{len(verdicts)} traces in {out}/: "
             + ", ".join(f"{n} {o}" for o, n in _counts(verdicts.values()).items())
         )
     return Exit.ok if ok else Exit.not_sound
@@ -316,8 +329,9 @@ def _run_fuzz(args: argparse.Namespace) -> int:
 
     from kvclaims.lab import scheduler_fuzzing
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    scheduler_fuzzing.SchedulerFuzz.trace_dir = args.out
+    out = out_or_new_run_folder(args.out, RUN_FOLDERS["fuzz"])
+    out.mkdir(parents=True, exist_ok=True)
+    scheduler_fuzzing.SchedulerFuzz.trace_dir = out
     profile = settings(
         scheduler_fuzzing.CI_SETTINGS,
         max_examples=args.examples,
@@ -339,7 +353,7 @@ def _run_fuzz(args: argparse.Namespace) -> int:
             scheduler_fuzzing.SchedulerFuzz.on_example = None
     summary = scheduler_fuzzing.STATS.summary()
     if args.json:
-        print_json({**summary, "failure": None if failure is None else _describe(failure)})
+        print_json({**summary, "failure": None if failure is None else _describe(failure), "out": str(out)})
     else:
         events = summary.pop("events")
         print_table(
@@ -348,6 +362,7 @@ def _run_fuzz(args: argparse.Namespace) -> int:
         print_table("events in the traces", ["event", "count"], [(k, str(v)) for k, v in events.items()])
         if failure is not None:
             stdout_console().print(f"[bold red]falsified:[/] {_describe(failure)}")
+        stdout_console().print(f"traces in {out}/")
     return Exit.ok if failure is None else Exit.not_sound
 
 
@@ -530,7 +545,7 @@ lane_option = click.option(
     show_default=True,
     help="engine lane: vLLM's engine core in this process, or in its own (the server's default)",
 )
-@out_option("trace file to write", metavar="TRACE")
+@out_option("trace to write", run_folder=RUN_FOLDERS["scenario"], run_file="NAME.ndjson", metavar="TRACE")
 @json_option
 def _scenario_command(**options: object) -> int:
     """Run one scenario on vLLM (or --list them): write its trace, print what it measured, check
@@ -540,7 +555,7 @@ def _scenario_command(**options: object) -> int:
 
 @command.command("sweep")
 @lane_option
-@out_option("folder for the sweep's traces", default=DEFAULT_OUT / "sweep")
+@out_option("folder for the sweep's traces", run_folder=RUN_FOLDERS["sweep"])
 @json_option
 def _sweep_command(**options: object) -> int:
     """The 60/70 capacity sweep over 80..150 usable blocks: stock vLLM against the binding."""
@@ -551,7 +566,7 @@ def _sweep_command(**options: object) -> int:
 @click.option("--examples", type=int, default=2000, show_default=True, metavar="N", help="examples to run")
 @click.option("--steps", type=int, default=60, show_default=True, metavar="M", help="rules per example")
 @click.option("--derandomize", is_flag=True, help="the same examples on every run")
-@out_option("folder for the failing example's trace", default=DEFAULT_OUT / "fuzz")
+@out_option("folder for the fuzzed examples' traces", run_folder=RUN_FOLDERS["fuzz"])
 @json_option
 def _fuzz_command(**options: object) -> int:
     """Fuzz vLLM's scheduler with the binding (the long profile of the Hypothesis machine)."""
@@ -572,7 +587,7 @@ def _tiny_model_command(**options: object) -> int:
 
 @command.command("repeat")
 @click.option("--runs", type=int, default=30, show_default=True, metavar="N", help="repetitions")
-@out_option("folder for the repetitions and their aggregate", default=DEFAULT_OUT / "repeat")
+@out_option("folder for the repetitions and their aggregate", run_folder=RUN_FOLDERS["repeat"])
 @click.option("--scenarios", metavar="A,B,...", help="engine-lane scenarios (default: all)")
 @json_option
 def _repeat_command(**options: object) -> int:

@@ -26,11 +26,9 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -39,6 +37,7 @@ from typing import Any
 
 import yaml
 
+from kvclaims.lab.local_server import free_port, wait_healthy
 from kvclaims.lab.router_hook import RoutingHook
 from kvclaims.refinement.evidence import evidence_items
 from kvclaims.refinement.fleet import FleetVerdict, check_fleet, routing_evidence_items
@@ -55,12 +54,6 @@ CLAIM_BLOCKS = 4
 ENGINE_IDS = ("A", "B")
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def prompt(tag: int, blocks: int = CLAIM_BLOCKS) -> list[int]:
     """Token ids below the tiny model's 512-token vocabulary, distinct per tag, one token past
     `blocks` full blocks."""
@@ -73,6 +66,11 @@ class Process:
 
     process: subprocess.Popen[bytes]
     log: Path
+
+    def wait_healthy(self, url: str, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+        """Blocks until `url/health` answers 200 (`local_server.wait_healthy`); raises
+        `ServerNotHealthy` with the log's tail if the process exits or the time runs out."""
+        wait_healthy(url, timeout_s=timeout_s, process=self.process, log=self.log)
 
     def stop(self) -> None:
         """SIGTERM, then kill the whole process group if it does not exit in time."""
@@ -131,23 +129,6 @@ class Engine:
             self.server.stop()
 
 
-def wait_healthy(url: str, server: Process, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
-    """Until `url/health` answers 200; raises if the server exits or the time runs out."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise RuntimeError(
-                f"{url} exited with {server.process.returncode}: {server.log.read_text()[-2000:]}"
-            )
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as answer:
-                if answer.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.25)
-    raise RuntimeError(f"{url}: no healthy /health in {timeout_s} s")
-
-
 @dataclass
 class Fleet:
     """Two engines behind one vllm-router."""
@@ -173,7 +154,7 @@ class Fleet:
         engine.stop()
         engine.start(model)
         assert engine.server is not None
-        wait_healthy(engine.url, engine.server)
+        engine.server.wait_healthy(engine.url)
         self.timings["restart_s"] = round(time.monotonic() - started, 1)
 
 
@@ -191,7 +172,7 @@ def running_fleet(directory: Path, model: Path) -> Iterator[Fleet]:
             engines[engine_id] = engine
         for engine in engines.values():
             assert engine.server is not None
-            wait_healthy(engine.url, engine.server)
+            engine.server.wait_healthy(engine.url)
         engines_up = time.monotonic() - started
         port, metrics_port = free_port(), free_port()
         log = directory / "router.log"
@@ -208,7 +189,7 @@ def running_fleet(directory: Path, model: Path) -> Iterator[Fleet]:
             )
         stack.callback(router.stop)
         router_url = f"http://127.0.0.1:{port}"
-        wait_healthy(router_url, router, timeout_s=60)
+        router.wait_healthy(router_url, timeout_s=60)
         fleet = Fleet(engines, router_url, f"http://127.0.0.1:{metrics_port}/metrics", directory)
         fleet.timings["engines_up_s"] = round(engines_up, 1)
         yield fleet

@@ -55,6 +55,7 @@ from kvclaims.spec.trace import (
     ResidentClaimMaterialized,
     TraceHeader,
 )
+from kvclaims.userdirs import cache_directory
 from kvclaims.vllm_binding.config import ADDITIONAL_CONFIG_KEY, BindingConfig
 from kvclaims.vllm_binding.plugin import require_supported_vllm
 from kvclaims.vllm_binding.telemetry import TraceSink
@@ -87,8 +88,7 @@ def tiny_model_dir() -> Path:
     Stable, so vLLM's model-inspection cache (VLLM_CACHE_ROOT) is hit on later runs.
     """
     text = json.dumps(TINY_LLAMA_CONFIG, sort_keys=True, indent=1)
-    root = Path(os.environ.get("KVCLAIMS_CACHE_DIR", Path.home() / ".cache" / "kvclaims"))
-    directory = root / f"vllm-tiny-llama-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+    directory = cache_directory() / f"vllm-tiny-llama-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
     target = directory / "config.json"
     if not target.exists():
         directory.mkdir(parents=True, exist_ok=True)

@@ -24,17 +24,17 @@ import os
 import random
 import resource
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+from kvclaims.lab.local_server import free_port, wait_healthy
 
 BLOCK = 32
 VOCABULARY = 500
@@ -44,12 +44,6 @@ MAX_MODEL_LEN = 736
 SERVED_NAME = "kvclaims-tiny"
 STARTUP_TIMEOUT_S = 600.0
 NOTE = "kvclaims:"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def prompt(tag: str, blocks: int, extra: int = 1) -> list[int]:
@@ -129,7 +123,7 @@ class ServedEngine:
         # the log goes through a pipe: a file-size limit on the engine must not cut its log
         threading.Thread(target=_copy, args=(self.process.stdout, self.log_path), daemon=True).start()
         try:
-            self._wait_healthy(start)
+            wait_healthy(self.url, timeout_s=STARTUP_TIMEOUT_S, process=self.process, log=self.log_path)
             limit = self.spec.file_size_limit
             if limit is not None:
                 resource.prlimit(self.engine_core_pid(), resource.RLIMIT_FSIZE, (limit, limit))
@@ -139,24 +133,8 @@ class ServedEngine:
         self.startup_s = time.monotonic() - start
         return self
 
-    def _wait_healthy(self, start: float) -> None:
-        assert self.process is not None
-        while time.monotonic() - start < STARTUP_TIMEOUT_S:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the server exited with {self.process.returncode}:\n{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as answer:
-                    if answer.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.25)
-        raise RuntimeError(f"no healthy /health in {STARTUP_TIMEOUT_S} s:\n{self.log_tail()}")
-
     def __exit__(self, *exc: object) -> None:
         self.kill()
-
-    def log_tail(self, characters: int = 4000) -> str:
-        return self.log_path.read_text(errors="replace")[-characters:] if self.log_path.exists() else ""
 
     def descendants(self) -> list[int]:
         """Process ids under the server (children first), from /proc."""

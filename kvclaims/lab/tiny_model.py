@@ -24,6 +24,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from kvclaims.userdirs import cache_directory
+
 TINY_LLAMA: dict[str, Any] = {
     "hidden_size": 256,
     "intermediate_size": 512,
@@ -118,9 +120,9 @@ def is_tiny_model(directory: str | Path, *, hybrid: bool = False) -> bool:
 
 def cached_tiny_model(*, hybrid: bool = False) -> Path:
     """A stable per-user copy of the tiny model (built on first use), so repeated engine
-    starts reuse vLLM's model-inspection cache. `KVCLAIMS_CACHE_DIR` overrides the root."""
+    starts reuse vLLM's model-inspection cache (under `kvclaims.userdirs.cache_directory`)."""
     text = json.dumps({"config": _fields(hybrid), "seed": SEED}, sort_keys=True)
-    root = Path(os.environ.get("KVCLAIMS_CACHE_DIR", Path.home() / ".cache" / "kvclaims"))
+    root = cache_directory()
     name = "tiny-qwen3-next" if hybrid else "tiny-llama"
     directory = root / f"{name}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
     if is_tiny_model(directory, hybrid=hybrid):

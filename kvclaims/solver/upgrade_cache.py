@@ -19,6 +19,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from kvclaims import userdirs
 from kvclaims.solver.upgrades import Upgrade, descriptor_upgrades
 from kvclaims.solver.z3env import DEFAULT_SEED, Z3_VERSION
 from kvclaims.spec.descriptor import Descriptor
@@ -28,11 +29,7 @@ _DECIDING_PACKAGES = ("solver", "spec")
 
 
 def cache_directory() -> Path:
-    explicit = os.environ.get("KVCLAIMS_CACHE_DIR")
-    if explicit:
-        return Path(explicit) / "native-upgrades"
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "kvclaims" / "native-upgrades"
+    return userdirs.cache_directory() / "native-upgrades"
 
 
 @functools.cache

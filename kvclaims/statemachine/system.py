@@ -107,9 +107,10 @@ class Header(Protocol):
 
 class OutOfBudget(Exception):
     """A resource limit of the model, not a verdict: the per-position maps of the live claims
-    would span more than `max_prefix_positions` blocks. A footprint is a number in the trace, so
-    the model counts the maps it allocates instead of trusting it; a driver reports this as
-    undecidable (inconclusive), never as a pass or a violation."""
+    would span more than `max_prefix_positions` blocks (a footprint is a number in the trace, so
+    the model counts the maps it allocates instead of trusting it), or exact counts of shared
+    blocks would cost more than their budget (`SystemState._count_scan`). A driver reports this
+    as undecidable (inconclusive), never as a pass or a violation."""
 
 
 class _Stop(Exception):
@@ -121,6 +122,9 @@ class _Stop(Exception):
 
 _NONE: dict[str, int] = MappingProxyType({})  # type: ignore[assignment]
 """The shared, read-only empty map a claim or request starts with (most never need one)."""
+
+_NO_PAIRS: frozenset[tuple[int, int]] = frozenset()
+"""The shared empty `ClaimRecord.also_held` (most claims never share a block)."""
 
 _ClaimTable = Mapping[Phase, Mapping[Event, "Phase | lifecycle.Violation"]]
 
@@ -231,6 +235,10 @@ ASSUMED = 255
 _MAX_HOLDERS = ASSUMED - 1
 """Device blocks that may hold one claim position at once (duplicates of one content)."""
 _NS_PER_MS = 1_000_000
+SCAN_ALLOWANCE = 10_000_000
+SCAN_PER_STEP = 64
+"""Budget of the walks over claim blocks and prefixes: a fixed allowance plus this much per
+event (the hot path's leading-prefix walks up to this long are constant work, uncharged)."""
 
 
 class ClaimRecord:
@@ -245,7 +253,9 @@ class ClaimRecord:
 
     __slots__ = (
         "accepted_at",
+        "also_held",
         "blocked_while_full",
+        "blocks",
         "broken_while_responsible",
         "checkpoint",
         "claim_id",
@@ -295,6 +305,11 @@ class ClaimRecord:
         self.checkpoint: Any = None
         self.kv_restored = False
         self.present: bytearray | None = None
+        self.blocks: dict[int, int] = {}
+        """Device block ids it is the first holder of -> the position each holds."""
+        self.also_held: set[tuple[int, int]] = _NO_PAIRS  # type: ignore[assignment]
+        """(block id, position) it holds beside a block's first holder (one content cached in
+        a block another claim stored first)."""
         self.leading = 0
         self.reported_leading = 0
         self.unconfirmed: tuple[int, int, str] | None = None
@@ -361,7 +376,8 @@ class SystemState:
         self.requests: dict[str, RequestRecord] = {}
         self.finished = RetiredIds()
         self.block_owner: dict[int, ClaimRecord] = {}
-        self.block_position: dict[int, int] = {}
+        """Every tracked device block id -> its first holder (`ClaimRecord.blocks` has the
+        position; `shared_owners` the other holders)."""
         self.block_hash: dict[int, str] = {}
         """The content of every device block id stored and not yet removed (claimed or not)."""
         self.shared_owners: dict[int, list[tuple[ClaimRecord, int]]] = {}
@@ -373,6 +389,8 @@ class SystemState:
         """Live blocks of admitted requests."""
         self.undecided: list[Undecided] = []
         self.steps = 0
+        self.scanned = 0
+        """Blocks, claims and prefix positions walked so far (see `_count_scan`)."""
         self.requests_seen = 0
         self.witnessed: dict[TraceWitness, tuple[tuple[int, ...], set[str]]] = {}
         self._restore_witness: dict[str, tuple[int, ...]] = {}
@@ -873,6 +891,7 @@ class SystemState:
                 )
             claim.reported_leading = ev.restored_blocks
             if claim.present is not None:  # the restored blocks are back, named or not
+                self._count_scan(len(claim.present))
                 _assume_prefix(claim, ev.restored_blocks)
         if claim.profile.two_key:
             return  # the KV side is back; the pending restoration resolves on the checkpoint
@@ -1039,6 +1058,7 @@ class SystemState:
         (`claim_shared_blocks`): the protected blocks (of the leading positions the predicates
         of materialized preserving claims need, each block once) plus the request's other live
         blocks fit in the usable pool."""
+        self._count_scan(len(self.claims))
         held = self._blocks_held_by(
             [c for c in self.claims.values() if c.profile.preserving and c.phase in _PROTECTING],
             predicate_only=True,
@@ -1069,11 +1089,16 @@ class SystemState:
         def occupies(claim: ClaimRecord) -> bool:
             return claim.profile.preserving and (claim is joining or claim.phase in RESIDENT)
 
-        blocks = {key for key, owner in self.block_owner.items() if occupies(owner)}
-        blocks.update(
-            key for key, holders in self.shared_owners.items() if any(occupies(c) for c, _ in holders)
-        )
-        untracked = sum(c.footprint for c in self.claims.values() if c.present is None and occupies(c))
+        blocks: set[int] = set()
+        untracked = 0
+        self._count_scan(len(self.claims))
+        for claim in self.claims.values():
+            if occupies(claim):
+                self._count_scan(len(claim.blocks) + len(claim.also_held))
+                blocks.update(claim.blocks)
+                blocks.update(key for key, _ in claim.also_held)
+                if claim.present is None:
+                    untracked += claim.footprint
         return len(blocks) + untracked
 
     def _deferred(self, ev: Any) -> None:
@@ -1241,6 +1266,7 @@ class SystemState:
                 *blocking,
             )
         claims = [self.claims[claim_id] for claim_id in blocking]
+        self._count_scan(sum(len(claim.present or b"") for claim in claims))
         if sum(_holdings_bound(claim) for claim in claims) > protected:
             holds = self._blocks_held_by(claims)
             if holds > protected:
@@ -1274,15 +1300,11 @@ class SystemState:
             claim: claim.required if predicate_only and claim.required is not None else claim.footprint
             for claim in claims
         }
-        positions = self.block_position
-        keys = {
-            key for key, owner in self.block_owner.items() if owner in upto and positions[key] < upto[owner]
-        }
-        keys.update(
-            key
-            for key, holders in self.shared_owners.items()
-            if any(c in upto and p < upto[c] for c, p in holders)
-        )
+        keys: set[int] = set()
+        for claim, top in upto.items():
+            self._count_scan(len(claim.blocks) + len(claim.also_held) + top)
+            keys.update(key for key, position in claim.blocks.items() if position < top)
+            keys.update(key for key, position in claim.also_held if position < top)
         assumed = sum(
             min(claim.reported_leading, top) if claim.present is None else claim.present[:top].count(ASSUMED)
             for claim, top in upto.items()
@@ -1469,14 +1491,17 @@ class SystemState:
         owner = self.block_owner.get(key)
         if owner is None:
             self.block_owner[key] = claim
-            self.block_position[key] = position
-        elif owner is claim and self.block_position[key] == position:
+            claim.blocks[key] = position
+        elif owner is claim and claim.blocks[key] == position:
             return  # the same block stored again: no new holder
         else:
             shared = self.shared_owners.setdefault(key, [])
             if (claim, position) in shared:
                 return
             shared.append((claim, position))
+            if claim.also_held is _NO_PAIRS:
+                claim.also_held = set()
+            claim.also_held.add((key, position))
         present = claim.present
         count = present[position]  # type: ignore[index]
         if count == 0 or count == ASSUMED:
@@ -1489,11 +1514,13 @@ class SystemState:
             present[position] = count + 1  # type: ignore[index]
 
     def _extend_leading(self, claim: ClaimRecord) -> None:
-        present = claim.present
-        leading = claim.leading + 1
+        present: bytearray = claim.present  # type: ignore[assignment]
+        start = claim.leading + 1
         footprint = claim.footprint
-        while leading < footprint and present[leading]:  # type: ignore[index]
-            leading += 1
+        leading = present.find(0, start, footprint)  # one C scan, however long the run
+        if leading < 0:
+            leading = footprint
+        self._count_scan(leading - start)
         claim.leading = leading
         if claim.unconfirmed is not None and leading >= claim.unconfirmed[0]:
             claim.unconfirmed = None
@@ -1507,9 +1534,11 @@ class SystemState:
         owner = self.block_owner.pop(key, None)
         if owner is None:
             return []
-        owned = [(owner, self.block_position.pop(key))]
+        owned = [(owner, owner.blocks.pop(key))]
         if self.shared_owners:
-            owned.extend(self.shared_owners.pop(key, ()))
+            for holder, position in self.shared_owners.pop(key, ()):
+                holder.also_held.discard((key, position))
+                owned.append((holder, position))
         return owned
 
     def _lose_owners(self, key: int) -> bool:
@@ -1580,6 +1609,20 @@ class SystemState:
             self._witness(TraceWitness.ordinary_eviction_without_claim, (self._at,))
         for owner, held_position in owned:  # a removal affects every holder, whichever it names
             self._lose(owner, held_position)
+
+    def _count_scan(self, entries: int) -> None:
+        """Charge a walk over `entries` blocks, claims or prefix positions (an exact count of
+        shared blocks, a leading prefix re-extended after a loss, a restored prefix) to the
+        scan budget: `SCAN_ALLOWANCE` plus `SCAN_PER_STEP` per step so far. Each walk is linear
+        in the claim it concerns, so a trace that forces a long one at every event (a loss and
+        re-store of position 0 of a long prefix, counts among sharing claims) is undecidable
+        (`OutOfBudget`) rather than quadratic."""
+        self.scanned += entries
+        if self.scanned > SCAN_ALLOWANCE + SCAN_PER_STEP * self.steps:
+            raise OutOfBudget(
+                f"walks over claim blocks and prefixes visited more than {SCAN_ALLOWANCE:,} + "
+                f"{SCAN_PER_STEP} per event ({self.scanned:,} after {self.steps:,} events)"
+            )
 
     def _prefix_map(self, claim: ClaimRecord) -> bytearray:
         """A fresh presence map for `claim`, counted against `max_prefix_positions`."""
@@ -1789,7 +1832,6 @@ def step_run(state: SystemState, events: Sequence[Any], at: int) -> Violation | 
     legal finish that owes nothing, a fresh admission that fits): they are most of a typical
     trace and need neither the lifecycle nor a violation location."""
     owners = state.block_owner
-    positions = state.block_position
     hashes = state.block_hash
     shared = state.shared_owners
     requests = state.requests
@@ -1829,15 +1871,17 @@ def step_run(state: SystemState, events: Sequence[Any], at: int) -> Violation | 
                         and not claim.present[position]
                     ):
                         owners[key] = claim
-                        positions[key] = position
+                        claim.blocks[key] = position
                         hashes[key] = event.block_hash
                         present = claim.present
                         present[position] = 1
                         if position == claim.leading:
-                            leading = position + 1
                             footprint = claim.footprint
-                            while leading < footprint and present[leading]:
-                                leading += 1
+                            leading = present.find(0, position + 1, footprint)
+                            if leading < 0:
+                                leading = footprint
+                            if leading - position > SCAN_PER_STEP:
+                                state._count_scan(leading - position)
                             claim.leading = leading
                             required = claim.required
                             if claim.unconfirmed is not None or (
@@ -1860,7 +1904,7 @@ def step_run(state: SystemState, events: Sequence[Any], at: int) -> Violation | 
                     seen_eviction = True
                 else:
                     del hashes[key]
-                    position = positions.pop(key)
+                    position = owner.blocks.pop(key)
                     present = owner.present
                     if present is None or (position >= owner.leading and present[position] == 1):
                         if present is not None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ import msgspec
 import pytest
 import yaml
 
+from kvclaims.lab.local_server import free_port
 from kvclaims.refinement.testing import TraceBuilder
 
 
@@ -100,12 +100,6 @@ def test_lines_after_the_close_and_a_shrinking_file_are_invalid(tmp_path: Path) 
         assert process.wait(timeout=60) == 2
     finally:
         process.kill()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def test_metrics_show_the_open_verdict_and_event_counts_on_loopback(tmp_path: Path) -> None:

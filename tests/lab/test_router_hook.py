@@ -5,13 +5,13 @@ by the fleet check with hand-written engine streams."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.http_server import loopback_http
 
 from kvclaims.lab.router_hook import RoutingHook, RoutingUnobserved, engine_request_id, metric_samples
 from kvclaims.refinement.fleet import check_fleet
@@ -71,15 +71,8 @@ def router() -> Iterator[tuple[StandIn, str]]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield stand_in, f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with loopback_http(Handler) as url:
+        yield stand_in, url
 
 
 def answer(note: str, cached_tokens: int) -> dict[str, Any]:

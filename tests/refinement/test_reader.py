@@ -318,3 +318,32 @@ def test_invalid_utf8_in_an_unknown_key_is_invalid() -> None:
     """msgspec skips the bytes of a key it does not know; the exact re-parse does not."""
     hostile = VALID.replace(b'"status":"finished"', b'"status":"finished","\x80tx":1', 1)
     assert check_bytes(hostile).outcome is Outcome.invalid
+
+
+def _reseq(seqs: list[int]) -> bytes:
+    """VALID with its events renumbered by `seqs` (header and trace_closed kept as they are)."""
+    header, *events = VALID.rstrip(b"\n").split(b"\n")
+    lines = [header]
+    for seq, line in zip(seqs, events[:-1], strict=True):
+        document = json.loads(line)
+        document["seq"] = seq
+        lines.append(json.dumps(document, separators=(",", ":")).encode())
+    closing = json.loads(events[-1])
+    closing["seq"] = seqs[-1] + 1
+    return b"\n".join([*lines, json.dumps(closing, separators=(",", ":")).encode()]) + b"\n"
+
+
+def test_seq_may_skip_forward() -> None:
+    count = len(VALID.splitlines()) - 2
+    assert check_bytes(_reseq([3 * i for i in range(count)])).outcome is Outcome.accepted
+
+
+def test_two_swapped_seqs_are_out_of_order_even_when_the_run_spans_a_range() -> None:
+    """First and last seq of the run are consecutive-range endpoints; the middle is swapped."""
+    count = len(VALID.splitlines()) - 2
+    seqs = list(range(count))
+    seqs[2], seqs[3] = seqs[3], seqs[2]
+    verdict = check_bytes(_reseq(seqs))
+    assert verdict.outcome is Outcome.invalid
+    assert verdict.error_class is ErrorClass.ordering and verdict.finding is not None
+    assert (verdict.finding.line, verdict.finding.field) == (5, "seq")

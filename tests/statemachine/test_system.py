@@ -6,6 +6,9 @@ from __future__ import annotations
 import io
 import json
 
+import pytest
+
+from kvclaims.refinement import Outcome, check_bytes
 from kvclaims.refinement.decoding import convert_event
 from kvclaims.refinement.testing import TraceBuilder, generate_valid_trace
 from kvclaims.spec.trace import EVENT_MODELS, TraceHeader
@@ -104,3 +107,67 @@ def test_a_second_in_place_resume_names_its_kv_key_before_its_checkpoint() -> No
     violation, conforming = verdicts
     assert isinstance(violation, system.Violation) and violation.rule is ConformanceRule.hybrid_two_key
     assert conforming is None
+
+
+def _sharing_trace(bystanders: int, conflicts: int) -> TraceBuilder:
+    """Claims A and B hold the same two blocks (one content cached once, held by both), a
+    bystander claim holds `bystanders` blocks, then `conflicts` refusals blame A and B with the
+    exact protected term: each forces an exact count (their footprints, summed, overcount)."""
+    trace = TraceBuilder(usable_blocks=bystanders + 8)
+    trace.accept("A", blocks=2).accept("B", blocks=2).accept("Z", blocks=bystanders)
+    for claim in ("A", "B"):
+        for position in range(2):
+            trace.add(
+                "block_stored",
+                block_id=position,
+                block_hash=f"h{position}",
+                claim_id=claim,
+                position=position,
+            )
+    trace.store_prefix("Z", bystanders).materialize("A", 2).materialize("B", 2).materialize("Z", bystanders)
+    for number in range(conflicts):
+        trace.conflict(f"r{number}", ["A", "B"], protected=2, active=bystanders + 7)
+    return trace
+
+
+def _checked(trace: TraceBuilder) -> tuple[system.SystemState, system.Violation | None]:
+    state = system.init(TraceHeader.model_validate(trace.header))
+    return state, system.step_run(state, [convert_event(e) for e in trace.events], 2)
+
+
+def test_an_exact_count_visits_the_blamed_claims_blocks_not_every_tracked_block() -> None:
+    few, violation = _checked(_sharing_trace(bystanders=5, conflicts=50))
+    assert violation is None and system.finish(few) is None
+    many, violation = _checked(_sharing_trace(bystanders=5_000, conflicts=50))
+    assert violation is None and system.finish(many) is None
+    # the counts walk A's and B's maps and blocks (before: every tracked block, the bystander's too)
+    assert many.scanned == few.scanned > 0
+
+
+def test_re_storing_the_first_block_of_a_long_prefix_again_and_again_runs_out_of_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each re-store of position 0 re-extends the leading prefix over the whole footprint: a
+    walk per event, charged, so the attack ends inconclusive instead of quadratic."""
+    monkeypatch.setattr(system, "SCAN_ALLOWANCE", 10_000)
+    monkeypatch.setattr(system, "SCAN_PER_STEP", 1)
+    trace = TraceBuilder(usable_blocks=4_000).accept("A", blocks=1, footprint=2_000)
+    trace.store_prefix("A", 2_000).materialize("A", 2_000)
+    for _ in range(20):
+        trace.remove_block("A", 0).store_prefix("A", 1)
+    state = system.init(TraceHeader.model_validate(trace.header))
+    with pytest.raises(system.OutOfBudget, match="walks over claim blocks"):
+        system.step_run(state, [convert_event(e) for e in trace.events], 2)
+    assert 10_000 + state.steps < state.scanned <= 10_000 + state.steps + 2_000  # stopped at once
+
+
+def test_a_trace_forcing_exact_counts_at_every_event_runs_out_of_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(system, "SCAN_ALLOWANCE", 100)
+    monkeypatch.setattr(system, "SCAN_PER_STEP", 1)
+    trace = _sharing_trace(bystanders=4, conflicts=200)
+    with pytest.raises(system.OutOfBudget, match="walks over claim blocks and prefixes"):
+        _checked(trace)
+    verdict = check_bytes(trace.ndjson())  # the driver: undecidable, never a pass or a violation
+    assert verdict.outcome is Outcome.inconclusive and "walks over claim blocks" in verdict.reason

@@ -9,16 +9,14 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from kvclaims.lab.soak import BLOCK, SERVED_NAME, free_port
+from kvclaims.lab.local_server import free_port, wait_healthy
+from kvclaims.lab.soak import BLOCK, SERVED_NAME
 
 STARTUP_TIMEOUT = 600
 SERVER_ARGUMENTS = [
@@ -85,17 +83,7 @@ def serving(directory: Path, *extra: str) -> Iterator[Server]:
         )
     running = Server(process, port, trace, log, 0.0)
     try:
-        while time.monotonic() - start < STARTUP_TIMEOUT:
-            if process.poll() is not None:
-                pytest.fail(f"the server exited with {process.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{running.url}/health", timeout=2) as answer:
-                    if answer.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.25)
-        else:
-            pytest.fail(f"no healthy /health in {STARTUP_TIMEOUT} s:\n{log.read_text()[-3000:]}")
+        wait_healthy(running.url, timeout_s=STARTUP_TIMEOUT, process=process, log=log)
         running.startup_s = time.monotonic() - start
         yield running
     finally:

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kvclaims.lab.soak import BLOCK, SERVED_NAME, free_port
+from kvclaims.lab.local_server import free_port
+from kvclaims.lab.soak import BLOCK, SERVED_NAME
 from kvclaims.refinement import check_trace
 from tests.vllm_binding.serving import (
     Server,

@@ -189,24 +189,25 @@ _SEQ = operator.attrgetter("seq")
 
 def _clean(events: list[Any], last_seq: int, validated: set[type]) -> bool:
     """Whether a decoded chunk needs no line-by-line pass: seq strictly increasing and every
-    event of a validated type valid. Both are found with C-level passes (map, all, list.index)
-    rather than a Python loop over the chunk."""
-    if events[0].seq <= last_seq or not all(
-        map(operator.lt, map(_SEQ, events), map(_SEQ, itertools.islice(events, 1, None)))
+    event of a validated type valid. Both are found with C-level passes (map, list equality,
+    compress) rather than a Python loop over the chunk: consecutive seqs (what runtimes write)
+    equal a range; any other run is compared pair by pair."""
+    seqs = list(map(_SEQ, events))
+    first = seqs[0]
+    if first <= last_seq:
+        return False
+    if seqs != list(range(first, first + len(seqs))) and not all(
+        map(operator.lt, seqs, itertools.islice(seqs, 1, None))
     ):
         return False
     types = list(map(type, events))
-    for kind in validated.intersection(types):
-        name = EVENT_NAME[kind]
-        at = types.index(kind)
-        count = types.count(kind)
-        for _ in range(count):
-            try:
-                run_model_validators(name, events[at])
-            except msgspec.ValidationError:
-                return False
-            if _ < count - 1:
-                at = types.index(kind, at + 1)
+    if validated.isdisjoint(types):
+        return True
+    for event in itertools.compress(events, map(validated.__contains__, types)):
+        try:
+            run_model_validators(EVENT_NAME[type(event)], event)
+        except msgspec.ValidationError:
+            return False
     return True
 
 
