@@ -232,7 +232,7 @@ class _Generator:
             _table(
                 "MODEL_RULES",
                 "The rules (`kvclaims.spec.model_rules`) each Struct's values must satisfy.",
-                {name: f"({', '.join(rules)},)" for name, rules in self._rules.items()},
+                {name: _tuple(rules) for name, rules in self._rules.items()},
                 quote_keys=False,
             )
         )
@@ -252,11 +252,14 @@ def _literal(value: Any) -> str:
     if type(value) is str:
         return json.dumps(value)
     if type(value) is tuple:
-        items = [_literal(item) for item in value]
-        return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+        return _tuple([_literal(item) for item in value])
     if value is None or type(value) in (bool, int):
         return repr(value)
     raise TypeError(f"no literal for {value!r}")
+
+
+def _tuple(items: list[str]) -> str:
+    return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
 
 
 def _inline(fields: dict[str, str]) -> str:
