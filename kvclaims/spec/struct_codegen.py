@@ -218,32 +218,31 @@ class _Generator:
         )
         parts = [_HEAD, imports, "\n", *(f"\n{text}\n" for text in self._classes)]
         parts.append(f'\nHEADER = {header_name}\n"""Line 1 of every trace."""\n')
-        parts.append(_table("EVENT_STRUCTS", "One Struct per event type, by event name.", events))
-        parts.append(
-            _table(
+        tables = [
+            (
+                "EVENT_STRUCTS",
+                "One Struct per event type, by event name.",
+                {_literal(name): struct for name, struct in events.items()},
+            ),
+            (
                 "NESTED_FIELDS",
                 "The fields that hold one nested model (`Model` or `Model | None`), with its Struct:\n"
                 "the reader audits that object's keys too.",
                 {name: _inline(fields) for name, fields in self._nested.items()},
-                quote_keys=False,
-            )
-        )
-        parts.append(
-            _table(
+            ),
+            (
                 "MODEL_RULES",
                 "The rules (`kvclaims.spec.model_rules`) each Struct's values must satisfy.",
                 {name: _tuple(rules) for name, rules in self._rules.items()},
-                quote_keys=False,
-            )
-        )
-        parts.append(
-            _table(
+            ),
+            (
                 "RULED_FIELDS",
                 "Event types with rules to check: None, the event's own; else the fields that hold\n"
                 "a Struct with rules.",
-                {name: _literal(fields) for name, fields in ruled.items() if fields != ()},
-            )
-        )
+                {_literal(name): _literal(fields) for name, fields in ruled.items() if fields != ()},
+            ),
+        ]
+        parts += [_table(name, doc, rows) for name, doc, rows in tables]
         return "".join(parts)
 
 
@@ -267,8 +266,9 @@ def _inline(fields: dict[str, str]) -> str:
     return "{\n" + lines + "    }"
 
 
-def _table(name: str, doc: str, rows: dict[str, str], *, quote_keys: bool = True) -> str:
-    body = "".join(f"    {_literal(key) if quote_keys else key}: {value},\n" for key, value in rows.items())
+def _table(name: str, doc: str, rows: dict[str, str]) -> str:
+    """A dict literal `name` with its docstring; `rows` are key and value as source."""
+    body = "".join(f"    {key}: {value},\n" for key, value in rows.items())
     return f'\n{name} = {{\n{body}}}\n"""{doc}"""\n'
 
 
