@@ -6,7 +6,7 @@ Generates (once, cached in --dir) a valid kvclaims trace v1 of --events events w
 `kvclaims.refinement.testing.generate_valid_trace` (many claims, requests, offload and failed
 restore cycles, conflicts, demotions, harm, unclaimed block churn), then measures, in one run:
 
-- decode-only rate: every event line decoded by the same derived msgspec decoder the reader
+- decode-only rate: every event line decoded by the same generated msgspec decoder the reader
   uses, chunked exactly as the reader chunks (the floor any NDJSON checker pays);
 - end-to-end rate: `check_trace(path)` (read, decode, validate, check, witnesses);
 - their ratio (end-to-end / decode-only), both timed best-of---repeat, interleaved, so machine

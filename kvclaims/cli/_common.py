@@ -1,36 +1,64 @@
-"""What every command shares: exit codes, the shared options, label colours, terminal-or-plain
-output (tables, JSON lines)."""
+"""What every command shares: the shared options (`-o/--out`, `--json`, `--force`, `--jobs`,
+`--ray`, `--descriptors`), the exit codes' help, and (re-exported from `kvclaims.cli._output`,
+which needs no click) exit codes, label colours and terminal-or-plain output."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime
-from enum import IntEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
+from kvclaims.cli._output import (
+    LABEL_STYLES,
+    Exit,
+    is_terminal,
+    note_skipped_descriptor,
+    print_json,
+    print_json_lines,
+    print_names,
+    print_problems,
+    print_table,
+    print_written,
+    stderr_console,
+    stdout_console,
+    terminal_table,
+)
 from kvclaims.spec.errors import InputError, Problem
 from kvclaims.userdirs import data_directory
 
-if TYPE_CHECKING:  # rich is imported where output is rendered: `check`'s verdict path stays light
-    from rich.console import Console
-    from rich.table import Table
-
-
-class Exit(IntEnum):
-    """Exit codes scripts can rely on. `check` adds 3 for an inconclusive trace."""
-
-    ok = 0
-    not_sound = 1
-    invalid_input = 2
-    inconclusive = 3
-
+__all__ = [
+    "DATA_DIRECTORY_RULE",
+    "EXIT_CODES_HELP",
+    "LABEL_STYLES",
+    "MAX_RUN_FOLDER_SUFFIX",
+    "Exit",
+    "PathType",
+    "descriptors_option",
+    "force_option",
+    "is_terminal",
+    "jobs_option",
+    "json_option",
+    "legacy_alias",
+    "new_run_folder",
+    "note_skipped_descriptor",
+    "out_option",
+    "out_or_new_run_folder",
+    "print_json",
+    "print_json_lines",
+    "print_names",
+    "print_problems",
+    "print_table",
+    "print_written",
+    "ray_option",
+    "runs",
+    "stderr_console",
+    "stdout_console",
+    "terminal_table",
+]
 
 EXIT_CODES_HELP = """\b
 Exit codes (every command):
@@ -48,15 +76,6 @@ JSON lines, one object per line (one per record: a trace, a row, an obligation, 
 (check, lower)."""
 """The top-level help's epilog (`\\b` keeps click from rewrapping it)."""
 
-
-LABEL_STYLES = {
-    "native_sound": "bold green",
-    "sound_with_adapter": "cyan",
-    "approximate": "yellow",
-    "unknown": "dim",
-    "rejected": "red",
-    "invalid": "magenta",
-}
 
 PathType = click.Path(path_type=Path)
 
@@ -180,116 +199,3 @@ def runs(run: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
         return run(argparse.Namespace(**options))
 
     return callback
-
-
-def is_terminal(stream: Any) -> bool:
-    """Whether rich treats `stream` as a terminal, decided without importing rich (so a piped
-    `check` never loads it): rich's rule, TTY_COMPATIBLE=0/1 first, then a set FORCE_COLOR
-    (non-empty: a terminal), then the stream's isatty."""
-    compatible = os.environ.get("TTY_COMPATIBLE", "")
-    if compatible in ("0", "1"):
-        return compatible == "1"
-    force = os.environ.get("FORCE_COLOR")
-    if force is not None:
-        return force != ""
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):  # no isatty, or a closed stream
-        return False
-
-
-def stdout_console() -> Console:
-    from rich.console import Console
-
-    return Console(highlight=False, soft_wrap=True)
-
-
-def stderr_console() -> Console:
-    from rich.console import Console
-
-    return Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def print_problems(problems: Iterable[Problem]) -> None:
-    """Bad input, one located problem per line, on stderr."""
-    from rich.markup import escape
-
-    console = stderr_console()
-    for problem in problems:
-        console.print(f"[bold red]error:[/] {escape(problem.render())}")
-
-
-def note_skipped_descriptor(path: Path) -> None:
-    """`load_descriptors`' `on_skip` for the commands: one note on stderr naming the file."""
-    from rich.markup import escape
-
-    from kvclaims.spec.descriptor import NOT_A_DESCRIPTOR
-
-    stderr_console().print(f"note: {escape(str(path))}: {NOT_A_DESCRIPTOR}")
-
-
-def print_json(value: dict[str, Any]) -> None:
-    """One JSON object on one line (a record of a JSON-lines stream)."""
-    sys.stdout.write(json.dumps(value, sort_keys=False) + "\n")
-
-
-def print_json_lines(values: Iterable[dict[str, Any]]) -> None:
-    for value in values:
-        print_json(value)
-
-
-def print_written(paths: Iterable[Path], *, as_json: bool) -> None:
-    """The files a command wrote: one path per line, or one JSON line `{"written": [...]}`."""
-    paths = [str(p) for p in paths]
-    if as_json:
-        print_json({"written": paths})
-    else:
-        sys.stdout.write("".join(f"{p}\n" for p in paths))
-
-
-def print_names(names: Iterable[str], *, as_json: bool) -> None:
-    """A `--list`: one name per line, or one JSON line `{"name": ...}` per name."""
-    if as_json:
-        print_json_lines({"name": name} for name in names)
-    else:
-        sys.stdout.write("".join(f"{name}\n" for name in names))
-
-
-def print_table(
-    title: str, columns: Sequence[str], rows: Iterable[Sequence[str]], *, keys: Sequence[str] = ()
-) -> None:
-    """A rich table on a terminal, fitted to its width: `keys` columns (default: the first) are
-    never wrapped or cut, the others wrap (folding long words); tab-separated lines with a
-    header when piped."""
-    console = stdout_console()
-    rows = list(rows)
-    if not console.is_terminal:
-        sys.stdout.write("\t".join(columns) + "\n")
-        for row in rows:
-            sys.stdout.write("\t".join(row) + "\n")
-        return
-    console.print(terminal_table(title, columns, rows, keys=keys))
-
-
-def terminal_table(
-    title: str, columns: Sequence[str], rows: Iterable[Sequence[str]], *, keys: Sequence[str] = ()
-) -> Table:
-    from rich.table import Table
-
-    key_columns = set(keys or columns[:1])
-    table = Table(title=title, title_justify="left")
-    for column in columns:
-        if column in key_columns:
-            table.add_column(column, no_wrap=True, overflow="fold")
-        else:
-            table.add_column(column, overflow="fold")
-    for row in rows:
-        table.add_row(*(_styled(cell) for cell in row))
-    return table
-
-
-def _styled(cell: str) -> str:
-    from rich.markup import escape
-
-    style = LABEL_STYLES.get(cell)
-    return f"[{style}]{cell}[/]" if style else escape(cell)

@@ -45,29 +45,14 @@ import argparse
 import functools
 import json
 import os
-import shutil
 import sys
-import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import click
-
-from kvclaims.cli._common import (
-    PathType,
-    is_terminal,
-    jobs_option,
-    json_option,
-    print_json_lines,
-    print_table,
-    ray_option,
-    runs,
-    stderr_console,
-    stdout_console,
-)
+from kvclaims.cli._output import is_terminal, print_json_lines, print_table, stderr_console, stdout_console
 from kvclaims.refinement import fanout
 from kvclaims.refinement.sources import AUTO, FORMATS, ROUTER_FORMAT, ROUTER_FORMATS
 from kvclaims.spec.errors import InputError, Problem
@@ -303,6 +288,9 @@ def _check_one(path: Path, options: CheckOptions, progress: Any = None) -> Trace
         )
     # the checker reads a trace more than once (format detection, the minimal prefix): stdin is
     # spooled to a temporary file, streamed so that memory stays flat
+    import shutil
+    import tempfile
+
     with tempfile.TemporaryFile(prefix="kvclaims-stdin-") as spool:
         shutil.copyfileobj(sys.stdin.buffer, spool)
         return check_source(
@@ -462,49 +450,124 @@ def _write_evidence(out: Path, files: list[Path], verdicts: list[Any], registry:
     return len(items)
 
 
-@click.command(
-    "check",
-    help=__doc__,
-    short_help="check recorded traces against the model (refinement), with counterexamples",
-)
-@click.argument("traces", nargs=-1, required=True, type=PathType, metavar="TRACE...")
-@click.option(
-    "--format",
-    default=AUTO,
-    show_default=True,
-    type=click.Choice([AUTO, *FORMATS]),
-    help="trace format",
-)
-@click.option("--registry", type=PathType, metavar="FILE", help="claim registry for *-kv-events")
-@jobs_option("check traces in N processes (default: one per core; 1 = sequential)")
-@json_option
-@click.option(
-    "--open",
-    is_flag=True,
-    help="judge kvclaims-v1 traces without their trace_closed end as open prefixes "
-    "(default: such a trace is truncated, inconclusive)",
-)
-@ray_option("check traces as Ray tasks on the cluster at ADDRESS")
-@click.option("--strict", is_flag=True, help="refuse fields outside trace v1 (default: keep as context)")
-@click.option("--evidence-out", type=PathType, metavar="FILE", help="write evidence items (accepted only)")
-@click.option(
-    "--fleet",
-    type=PathType,
-    metavar="ROUTER",
-    help="check a fleet: ROUTER is the routing hook's stream, TRACE... the engines' streams",
-)
-@click.option(
-    "--router-format",
-    type=click.Choice(ROUTER_FORMATS),
-    default=ROUTER_FORMAT,
-    show_default=True,
-    help="with --fleet: what ROUTER is (the routing hook's stream, or Dynamo's KV router decisions)",
-)
-@click.option(
-    "--router-claims",
-    type=PathType,
-    metavar="FILE",
-    help="with --fleet and a router's own records: a JSON object, request id -> claim id",
-)
-def command(**options: object) -> int:
-    return runs(run)(**options)
+_PLAIN_FLAGS = {"--json": "json", "--strict": "strict", "--open": "open"}
+_PLAIN_VALUES = {"--format": "format", "--registry": "registry", "-j": "jobs", "--jobs": "jobs"}
+
+
+def plain_args(argv: list[str]) -> argparse.Namespace | None:
+    """The options `command` would hand to `run` for `argv` (`check TRACE...`), when the line is
+    a plain one: traces, `--json`, `--strict`, `--open`, `--format F`, `--registry FILE`,
+    `-j/--jobs N` (a value after `=` or as the next word), each well-formed. None for any other
+    line (help, another option, `--`, a value click would refuse): click parses those, and
+    words their errors. A test checks that both parse the same lines the same way."""
+    if not argv or argv[0] != "check":
+        return None
+    options: dict[str, Any] = {
+        "traces": [],
+        "format": AUTO,
+        "registry": None,
+        "jobs": None,
+        "json": False,
+        "open": False,
+        "ray": None,
+        "strict": False,
+        "evidence_out": None,
+        "fleet": None,
+        "router_format": ROUTER_FORMAT,
+        "router_claims": None,
+    }
+    words = iter(argv[1:])
+    for word in words:
+        if word in _PLAIN_FLAGS:
+            options[_PLAIN_FLAGS[word]] = True
+            continue
+        name, equals, value = word.partition("=") if word.startswith("--") else (word, "", "")
+        if name in _PLAIN_VALUES:
+            value = _plain_value(name, value if equals else next(words, ""))
+            if value is None:
+                return None
+            options[_PLAIN_VALUES[name]] = value
+        elif not word or (word.startswith("-") and word != str(STDIN)):
+            return None
+        else:
+            options["traces"].append(Path(word))
+    if not options["traces"]:
+        return None
+    options["traces"] = tuple(options["traces"])
+    return argparse.Namespace(**options)
+
+
+def _plain_value(option: str, value: str) -> Any:
+    """An option's value as click converts it, or None where click might differ or refuse."""
+    if not value or value.startswith("-"):
+        return None
+    if option == "--format":
+        return value if value in (AUTO, *FORMATS) else None
+    if option == "--registry":
+        return Path(value)
+    return int(value) if value.isascii() and value.isdigit() and int(value) >= 1 else None
+
+
+def __getattr__(name: str) -> Any:
+    """`command`, the click command, made on first use: a plain check line never imports click."""
+    if name == "command":
+        return _click_command()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@functools.cache
+def _click_command() -> Any:
+    import click
+
+    from kvclaims.cli._common import PathType, jobs_option, json_option, ray_option, runs
+
+    @click.command(
+        "check",
+        help=__doc__,
+        short_help="check recorded traces against the model (refinement), with counterexamples",
+    )
+    @click.argument("traces", nargs=-1, required=True, type=PathType, metavar="TRACE...")
+    @click.option(
+        "--format",
+        default=AUTO,
+        show_default=True,
+        type=click.Choice([AUTO, *FORMATS]),
+        help="trace format",
+    )
+    @click.option("--registry", type=PathType, metavar="FILE", help="claim registry for *-kv-events")
+    @jobs_option("check traces in N processes (default: one per core; 1 = sequential)")
+    @json_option
+    @click.option(
+        "--open",
+        is_flag=True,
+        help="judge kvclaims-v1 traces without their trace_closed end as open prefixes "
+        "(default: such a trace is truncated, inconclusive)",
+    )
+    @ray_option("check traces as Ray tasks on the cluster at ADDRESS")
+    @click.option("--strict", is_flag=True, help="refuse fields outside trace v1 (default: keep as context)")
+    @click.option(
+        "--evidence-out", type=PathType, metavar="FILE", help="write evidence items (accepted only)"
+    )
+    @click.option(
+        "--fleet",
+        type=PathType,
+        metavar="ROUTER",
+        help="check a fleet: ROUTER is the routing hook's stream, TRACE... the engines' streams",
+    )
+    @click.option(
+        "--router-format",
+        type=click.Choice(ROUTER_FORMATS),
+        default=ROUTER_FORMAT,
+        show_default=True,
+        help="with --fleet: what ROUTER is (the routing hook's stream, or Dynamo's KV router decisions)",
+    )
+    @click.option(
+        "--router-claims",
+        type=PathType,
+        metavar="FILE",
+        help="with --fleet and a router's own records: a JSON object, request id -> claim id",
+    )
+    def command(**options: object) -> int:
+        return runs(run)(**options)
+
+    return command

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -112,6 +110,9 @@ def _rereadable(stream: IO[bytes]) -> Iterator[Opener]:
         start = stream.tell()
         yield lambda: _Unclosed(stream, start)
         return
+    import shutil  # with tempfile, only for a stream that cannot seek
+    import tempfile
+
     with tempfile.TemporaryFile() as copy:
         shutil.copyfileobj(stream, copy)
         yield lambda: _Unclosed(copy, 0)

@@ -21,20 +21,22 @@ or explicitly defaulted field, and no whitespace, is exactly that long.
 from __future__ import annotations
 
 import difflib
-import gzip
+import functools
 import json
 import typing
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 import msgspec
-from pydantic import BaseModel, ValidationError
 
-from kvclaims.refinement.decoding import event_decoder
+from kvclaims.refinement.decoding import EVENT_STRUCTS, event_decoder
 from kvclaims.refinement.verdict import ErrorClass, Finding
-from kvclaims.spec.trace import EVENT_MODELS
+from kvclaims.spec.trace_structs import NESTED_FIELDS
+
+if TYPE_CHECKING:  # pydantic is imported only to validate a document against a model (fleets)
+    from pydantic import BaseModel
 
 MAX_LINE_BYTES = 1 << 20
 """Longest accepted line (1 MiB); trace events are a few hundred bytes."""
@@ -98,6 +100,8 @@ class TraceStream:
         self.compressed = head == GZIP_MAGIC
         inner: Any = Prefixed(head, raw)
         if self.compressed:
+            import gzip  # only for a compressed trace
+
             inner = gzip.GzipFile(fileobj=inner, mode="rb")
         self._stream = inner
         head = read_exactly(self, len(UTF8_BOM))
@@ -218,7 +222,7 @@ def unknown_event_finding(name: str, line: int) -> Finding:
     """The finding for an event type trace v1 does not define, with the closest type."""
     return Finding(
         ErrorClass.unknown_event,
-        f"unknown event type {name!r} (not in the format){suggestion(name, EVENT_MODELS)}; "
+        f"unknown event type {name!r} (not in the format){suggestion(name, EVENT_STRUCTS)}; "
         "the check cannot tell what it did, so the verdict is at best inconclusive",
         line=line,
         field="event",
@@ -275,27 +279,27 @@ class FieldAudit:
     strict: bool = False
     context: dict[str, int] = field(default_factory=dict)
 
-    def audit(self, content: bytes, line: int, model: type[BaseModel]) -> None:
+    def audit(self, content: bytes, line: int, struct: type[msgspec.Struct]) -> None:
         """Raise `TraceInputError` for a duplicate key, a typo'd field or (strict) any unknown
-        field of `content`, a line of `model`; remember the context fields."""
-        self.fields(exact_document(content, line), line, model, "")
+        field of `content`, a line decoded into `struct`; remember the context fields."""
+        self.fields(exact_document(content, line), line, struct, "")
 
-    def fields(self, document: Any, line: int, model: type[BaseModel], prefix: str) -> None:
+    def fields(self, document: Any, line: int, struct: type[msgspec.Struct], prefix: str) -> None:
+        """Audit the keys of `document` against the fields of `struct`'s model, and those of a
+        nested model's object too (`NESTED_FIELDS`)."""
         if not isinstance(document, dict):
             return
-        known = model.model_fields
+        known = model_fields(struct)
+        nested = NESTED_FIELDS.get(struct, {})
         for name, value in document.items():
-            info = known.get(name)
-            if info is None:
-                self._unknown(name, line, model, prefix)
-                continue
-            nested = _single_model(info.annotation)
-            if nested is not None:
-                self.fields(value, line, nested, f"{prefix}{name}.")
+            if name not in known:
+                self._unknown(name, line, known, prefix)
+            elif name in nested:
+                self.fields(value, line, nested[name], f"{prefix}{name}.")
 
-    def _unknown(self, name: str, line: int, model: type[BaseModel], prefix: str) -> None:
+    def _unknown(self, name: str, line: int, known: typing.Iterable[str], prefix: str) -> None:
         where = f"{prefix}{name}"
-        typo = suggestion(name, model.model_fields)
+        typo = suggestion(name, known)
         if typo or self.strict:
             why = (
                 "a misspelt field would be ignored" if typo else "--strict refuses fields outside the format"
@@ -312,17 +316,15 @@ class FieldAudit:
         return f"fields outside the format, kept as context and not checked: {listed}"
 
 
+@functools.cache
+def model_fields(struct: type[msgspec.Struct]) -> frozenset[str]:
+    """Every field of the model `struct` was generated from: its own and its tag (`event`)."""
+    tag = struct.__struct_config__.tag_field
+    return frozenset(struct.__struct_fields__) | ({tag} if tag else set())
+
+
 MAX_CONTEXT_FIELDS = 32
 """Context field names remembered for the verdict note (a hostile file may invent millions)."""
-
-
-def _single_model(annotation: Any) -> type[BaseModel] | None:
-    """The model of a field typed `Model` or `Model | None` (open nested models, like a
-    checkpoint); None for anything else (closed models refuse unknown fields themselves)."""
-    members = [a for a in typing.get_args(annotation) if a is not type(None)] or [annotation]
-    if len(members) == 1 and isinstance(members[0], type) and issubclass(members[0], BaseModel):
-        return members[0]
-    return None
 
 
 def field_of(message: str) -> str | None:
@@ -347,8 +349,8 @@ def explain_event_line(
     if type(seq) is not int or seq < 0:
         raise parse_error("event line has no non-negative integer 'seq'", number, "seq")
     check_integers(document, number)
-    if name in EVENT_MODELS:
-        audit.fields(document, number, EVENT_MODELS[name], "")
+    if name in EVENT_STRUCTS:
+        audit.fields(document, number, EVENT_STRUCTS[name], "")
         try:
             event_decoder().decode(content)
         except msgspec.ValidationError as error:
@@ -361,6 +363,8 @@ def explain_event_line(
 
 def validated_document(model: type[BaseModel], document: Any, line: int) -> Any:
     """`document` as a `model`, or a parse finding naming the line and the first bad field."""
+    from pydantic import ValidationError
+
     try:
         return model.model_validate(document)
     except ValidationError as error:

@@ -19,7 +19,6 @@ import msgspec
 
 from kvclaims.refinement.abstractions import (
     blockpool,
-    dynamo_router,
     kvclaims_v1,
     offload_hook,
     pydev_connector,
@@ -89,9 +88,11 @@ FORMATS: tuple[str, ...] = (kvclaims_v1.FORMAT, *_FOREIGN, *_KV_EVENTS)
 """Every `--format` name, `auto` aside."""
 
 ROUTER_FORMAT = "kvclaims-v1-router"
-ROUTER_FORMATS: tuple[str, ...] = (ROUTER_FORMAT, dynamo_router.FORMAT)
+DYNAMO_ROUTER_FORMAT = "dynamo-active-sequences"
+ROUTER_FORMATS: tuple[str, ...] = (ROUTER_FORMAT, DYNAMO_ROUTER_FORMAT)
 """`check --fleet`'s router streams: the routing hook's trace v1 stream, or NVIDIA Dynamo's KV
-router decisions (here, with the other format names, so the command line needs no fleet code)."""
+router decisions (`kvclaims.refinement.abstractions.dynamo_router`). Named here, with the other
+format names, so that the command line needs no fleet code (and no pydantic)."""
 
 
 class ForeignSource:

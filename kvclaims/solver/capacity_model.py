@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import z3
 
 from kvclaims.solver.z3env import Job
-from kvclaims.spec.trace import CAPACITY_PROOF_FIELDS
+from kvclaims.spec.tables import CAPACITY_PROOF_FIELDS
 
 CAPACITY_FIELDS = CAPACITY_PROOF_FIELDS
 """The refusal numbers the model reasons about, in trace v1's order."""

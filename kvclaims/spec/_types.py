@@ -7,6 +7,7 @@ not guess. Enums stay lax so that YAML and JSON strings validate to members.
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -18,6 +19,7 @@ from pydantic import (
     StrictInt,
     StrictStr,
     WithJsonSchema,
+    model_validator,
 )
 
 from kvclaims.spec.tables import LEGACY_OBLIGATION_ALIASES, MAX_IDENTIFIER_LENGTH
@@ -38,6 +40,7 @@ __all__ = [
     "StrictStr",
     "Text",
     "is_blank",
+    "model_rule",
 ]
 
 
@@ -45,6 +48,19 @@ class SpecModel(BaseModel):
     """Base of every closed spec model: unknown fields are errors, instances are immutable."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def model_rule(rule: Callable[[Any], None]) -> Any:
+    """A pydantic model validator (after field validation) that runs `rule`, a plain function of
+    the model's fields from `kvclaims.spec.model_rules`. The rule is kept on the validator
+    (`__model_rule__`), so the generated msgspec Structs of trace v1 run the same function."""
+
+    def validate(self: Any) -> Any:
+        rule(self)
+        return self
+
+    validate.__model_rule__ = rule  # type: ignore[attr-defined]
+    return model_validator(mode="after")(validate)
 
 
 Identifier = Annotated[StrictStr, Field(min_length=1, max_length=MAX_IDENTIFIER_LENGTH)]

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kvclaims.spec.trace import CAPACITY_PROOF_FIELDS
+from kvclaims.spec.tables import CAPACITY_PROOF_FIELDS
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,9 @@ from kvclaims.spec._types import (
     StrictBool,
     StrictStr,
     Text,
+    model_rule,
 )
+from kvclaims.spec.model_rules import exactly_one_unit
 from kvclaims.spec.vocabulary import DecisionKind, ProtectionMode
 
 
@@ -59,11 +61,7 @@ class LeadingPrefixAtLeast(SpecModel):
         None, description="k in tokens, rounded up to whole blocks; this or `blocks`."
     )
 
-    @model_validator(mode="after")
-    def _exactly_one_unit(self) -> LeadingPrefixAtLeast:
-        if (self.blocks is None) == (self.tokens is None):
-            raise ValueError("give exactly one of 'blocks' or 'tokens'")
-        return self
+    _exactly_one_unit = model_rule(exactly_one_unit)
 
     def required_blocks(self, block_size: int) -> int:
         """Leading blocks needed; a token threshold rounds up to whole blocks."""

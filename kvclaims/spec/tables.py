@@ -275,3 +275,16 @@ WITNESS_OBLIGATIONS: Mapping[TraceWitness, frozenset[Obligation]] = _frozen(
 # resident claim's leading prefix lives in; blocks in other tiers (a host offload copy) never
 # count toward the predicate.
 DEVICE_CACHE_LEVELS: frozenset[str] = frozenset({"gpu", "device"})
+
+CAPACITY_PROOF_FIELDS: tuple[str, ...] = (
+    "protected_resident_blocks",
+    "active_live_blocks_required",
+    "resident_plus_active_blocks",
+    "usable_blocks",
+    "capacity_shortfall_blocks",
+)
+"""The numbers of a conflict's capacity proof."""
+
+MAX_TRACE_INT = 2**63 - 1
+"""The largest integer a trace may carry (signed 64-bit): no runtime produces larger counters,
+msgpack cannot carry them, and a 2^80 `seq` is a sign of a corrupt or hostile file."""

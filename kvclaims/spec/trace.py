@@ -7,16 +7,17 @@ event *type* is not an error here but makes a refinement verdict `inconclusive`,
 `accepted`.
 
 These models are the schema of record: the committed JSON Schemas are generated from them, the
-MicroRuntime and the vLLM binding construct them, and the refinement reader derives its fast
-decoders from `EVENT_MODELS`.
+MicroRuntime and the vLLM binding construct them, and the refinement reader decodes into msgspec
+Structs generated from `EVENT_MODELS` (`kvclaims.spec.trace_structs`, by `struct_codegen`). A
+validator here must be a `model_rule` (a plain function of `kvclaims.spec.model_rules`), which
+the Structs run too; the enums live in `kvclaims.spec.vocabulary`, the reader's side of them.
 """
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from kvclaims.spec._types import (
     FormatVersion,
@@ -27,9 +28,17 @@ from kvclaims.spec._types import (
     PrefixBlocks,
     StrictStr,
     Text,
+    model_rule,
 )
 from kvclaims.spec.claims import CacheIdentity, MaterializationPredicate
-from kvclaims.spec.vocabulary import ProtectionMode
+from kvclaims.spec.model_rules import chosen_among_candidates
+from kvclaims.spec.vocabulary import (
+    CloseReason,
+    ConflictReason,
+    ProtectionMode,
+    RestorationOutcome,
+    RouteOutcome,
+)
 
 TRACE_FORMAT_VERSION = 1
 
@@ -58,23 +67,6 @@ class TraceHeader(_TraceModel):
         description="The engine this stream belongs to in a fleet (one ordered stream per engine); "
         "routing events name engines by it. Null outside a fleet.",
     )
-
-
-# Source: seed 000 section 7.
-class RestorationOutcome(StrEnum):
-    """What a failed restoration became: the claim-scoped, fail-closed outcome."""
-
-    refusal = "refusal"
-    demotion = "demotion"
-    expiry = "expiry"
-    harm = "harm"
-
-
-class ConflictReason(StrEnum):
-    """Why an active request was refused or deferred."""
-
-    capacity = "capacity"
-    restoration_failed = "restoration_failed"
 
 
 MAX_TENSOR_DIMS = 8
@@ -297,16 +289,6 @@ class ActiveRequestAdmitted(_Event):
     )
 
 
-CAPACITY_PROOF_FIELDS: tuple[str, ...] = (
-    "protected_resident_blocks",
-    "active_live_blocks_required",
-    "resident_plus_active_blocks",
-    "usable_blocks",
-    "capacity_shortfall_blocks",
-)
-"""The numbers of a conflict's capacity proof."""
-
-
 class _ActiveConflict(_Event):
     """An active request that the arbiter did not serve now, with the capacity proof
     `protected_resident_blocks + active_live_blocks_required = resident_plus_active_blocks`,
@@ -414,18 +396,6 @@ class FaultInjected(_Event):
     request_id: Identifier | None = Field(None, description="The request the fault targets, if any.")
 
 
-class CloseReason(StrEnum):
-    """Why a trace writer ended its trace: the owner closed it (`closed`), the engine shut down
-    (`engine_shutdown`), a signal ended the process (`SIGTERM`, `SIGINT`), or the interpreter
-    exited with the trace still open (`atexit`)."""
-
-    closed = "closed"
-    engine_shutdown = "engine_shutdown"
-    SIGTERM = "SIGTERM"
-    SIGINT = "SIGINT"
-    atexit = "atexit"
-
-
 class TraceClosed(_Event):
     """The last line of a complete trace: the writer ended the stream cleanly. A kvclaims-v1
     trace without it is truncated (refinement: `inconclusive`, unless judged as an open
@@ -433,15 +403,6 @@ class TraceClosed(_Event):
 
     event: Literal["trace_closed"] = "trace_closed"
     reason: CloseReason = Field(description="Why the writer ended the trace.")
-
-
-class RouteOutcome(StrEnum):
-    """What a routed reuse of a claim came to on the engine the router chose."""
-
-    delivered = "delivered"
-    """The chosen engine holds the claim and served its reuse with at least the predicted blocks."""
-    missed = "missed"
-    """Anything else: the claim is held elsewhere, or fewer blocks were served than predicted."""
 
 
 class RouteDecided(_Event):
@@ -460,13 +421,7 @@ class RouteDecided(_Event):
         description="Leading blocks of the claim's prefix the router predicted cached on the chosen engine."
     )
 
-    @model_validator(mode="after")
-    def _chosen_among_candidates(self) -> RouteDecided:
-        if len(set(self.candidate_engines)) != len(self.candidate_engines):
-            raise ValueError("candidate_engines: an engine is named twice")
-        if self.chosen_engine not in self.candidate_engines:
-            raise ValueError("chosen_engine: not one of candidate_engines")
-        return self
+    _chosen_among_candidates = model_rule(chosen_among_candidates)
 
 
 class RouteReuseReported(_Event):

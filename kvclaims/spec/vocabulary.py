@@ -287,3 +287,43 @@ class TraceWitness(StrEnum):
     multi_claim_attribution = "multi_claim_attribution"
     ordinary_eviction_without_claim = "ordinary_eviction_without_claim"
     active_served_without_claim_block = "active_served_without_claim_block"
+
+
+# Trace v1's enums (`kvclaims.spec.trace`): the refinement checker and the state machine read
+# them without the pydantic models.
+# Source: seed 000 section 7.
+class RestorationOutcome(StrEnum):
+    """What a failed restoration became: the claim-scoped, fail-closed outcome."""
+
+    refusal = "refusal"
+    demotion = "demotion"
+    expiry = "expiry"
+    harm = "harm"
+
+
+class ConflictReason(StrEnum):
+    """Why an active request was refused or deferred."""
+
+    capacity = "capacity"
+    restoration_failed = "restoration_failed"
+
+
+class CloseReason(StrEnum):
+    """Why a trace writer ended its trace: the owner closed it (`closed`), the engine shut down
+    (`engine_shutdown`), a signal ended the process (`SIGTERM`, `SIGINT`), or the interpreter
+    exited with the trace still open (`atexit`)."""
+
+    closed = "closed"
+    engine_shutdown = "engine_shutdown"
+    SIGTERM = "SIGTERM"
+    SIGINT = "SIGINT"
+    atexit = "atexit"
+
+
+class RouteOutcome(StrEnum):
+    """What a routed reuse of a claim came to on the engine the router chose."""
+
+    delivered = "delivered"
+    """The chosen engine holds the claim and served its reuse with at least the predicted blocks."""
+    missed = "missed"
+    """Anything else: the claim is held elsewhere, or fewer blocks were served than predicted."""

@@ -39,8 +39,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvclaims.spec.trace import RouteOutcome
-from kvclaims.spec.vocabulary import ConformanceRule
+from kvclaims.spec.vocabulary import ConformanceRule, RouteOutcome
 from kvclaims.statemachine.system import Undecided, Violation
 
 R = ConformanceRule

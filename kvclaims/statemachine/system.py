@@ -42,9 +42,14 @@ from typing import Any, Protocol
 
 from kvclaims.spec.capacity import capacity_problem
 from kvclaims.spec.ids import RetiredIds
-from kvclaims.spec.tables import DEVICE_CACHE_LEVELS
-from kvclaims.spec.trace import CAPACITY_PROOF_FIELDS, ConflictReason, RestorationOutcome
-from kvclaims.spec.vocabulary import ConformanceRule, ProtectionMode, TraceWitness
+from kvclaims.spec.tables import CAPACITY_PROOF_FIELDS, DEVICE_CACHE_LEVELS
+from kvclaims.spec.vocabulary import (
+    ConflictReason,
+    ConformanceRule,
+    ProtectionMode,
+    RestorationOutcome,
+    TraceWitness,
+)
 from kvclaims.statemachine import lifecycle
 from kvclaims.statemachine.lifecycle import (
     ALL_PROFILES,

@@ -1,6 +1,8 @@
 """`kvclaims check` on one trace imports only what checking it needs (issue 18: a check starts
-within a few interpreter starts). Structural, not timed: a fresh interpreter runs the command
-and reports the modules it imported; `bench/cli_start.py` has the timing."""
+within a few interpreter starts): no pydantic (the reader decodes into generated msgspec Structs),
+no click (a plain check line is parsed without it), nothing another command needs. Structural,
+not timed: a fresh interpreter runs the command and reports the modules it imported;
+`bench/cli_start.py` has the timing."""
 
 from __future__ import annotations
 
@@ -18,6 +20,23 @@ from kvclaims.cli._common import is_terminal
 TRACE = Path(__file__).resolve().parents[2] / "descriptors/evidence/kvclaims-vllm/hard-refusal.ndjson"
 
 NOT_ON_THE_CHECK_PATH = (
+    # the pydantic models of record and what builds them: the reader has generated Structs
+    "pydantic",
+    "pydantic_core",
+    "annotated_types",
+    "kvclaims.spec.trace",
+    "kvclaims.spec.claims",
+    "kvclaims.spec._types",
+    "kvclaims.spec.struct_codegen",
+    # click and the click-built commands: a plain check line is parsed without them
+    "click",
+    "kvclaims.cli.app",
+    "kvclaims.cli._common",
+    # a router's decisions (pydantic) only with --fleet --router-format; files only for stdin
+    "kvclaims.refinement.abstractions.dynamo_router",
+    "shutil",
+    "tempfile",
+    "gzip",
     # the descriptor, evidence and lowering models: `check` reads a trace, never a descriptor
     "kvclaims.spec.descriptor",
     "kvclaims.spec.evidence",
@@ -48,7 +67,7 @@ NOT_ON_THE_CHECK_PATH = (
 _RUN_AND_LIST = """
 import json, sys
 from kvclaims.cli import main
-code = main(["check", "--jobs", "1", sys.argv[1]])
+code = main(["check", *sys.argv[1:]])
 sys.stdout.flush()
 sys.stderr.write(json.dumps({"code": code, "modules": sorted(sys.modules)}))
 """
@@ -58,11 +77,11 @@ PIPED = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_CO
 """The environment of a piped run: no variable that makes rich treat a pipe as a terminal."""
 
 
-def imported_by_check(trace: Path) -> tuple[int, set[str]]:
-    """The exit code of `kvclaims check TRACE` run piped in a fresh interpreter, and every
-    module it imported (the interpreter's own start included)."""
+def imported_by_check(trace: Path, *options: str) -> tuple[int, set[str]]:
+    """The exit code of `kvclaims check [OPTIONS] TRACE` run piped in a fresh interpreter, and
+    every module it imported (the interpreter's own start included)."""
     done = subprocess.run(
-        [sys.executable, "-c", _RUN_AND_LIST, str(trace)],
+        [sys.executable, "-c", _RUN_AND_LIST, *options, str(trace)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -73,16 +92,63 @@ def imported_by_check(trace: Path) -> tuple[int, set[str]]:
     return report["code"], set(report["modules"])
 
 
-def test_checking_one_trace_imports_nothing_another_command_needs() -> None:
-    code, modules = imported_by_check(TRACE)
-    assert code == 0  # the trace was really checked (accepted), not refused before importing
-    assert "kvclaims.refinement.checker" in modules
-    loaded = sorted(
+def heavy_modules(modules: set[str]) -> list[str]:
+    """The entries of `NOT_ON_THE_CHECK_PATH` among `modules` (a package counts with any of its
+    submodules)."""
+    return sorted(
         heavy
         for heavy in NOT_ON_THE_CHECK_PATH
         if heavy in modules or any(m.startswith(heavy + ".") for m in modules)
     )
-    assert loaded == []
+
+
+@pytest.mark.parametrize(
+    ("options", "exit_code"),
+    [
+        (("--jobs", "1"), 0),
+        ((), 0),
+        (("--json", "--open", "-j", "1", "--format", "kvclaims-v1"), 0),
+        # --strict refuses the trace's context fields: an invalid verdict, located, no pydantic
+        (("--strict", "--jobs=1"), 2),
+    ],
+)
+def test_checking_one_trace_imports_nothing_another_command_needs(
+    options: tuple[str, ...], exit_code: int
+) -> None:
+    code, modules = imported_by_check(TRACE, *options)
+    assert code == exit_code  # the trace was really checked, not refused before importing
+    assert "kvclaims.refinement.checker" in modules
+    assert heavy_modules(modules) == []
+
+
+def test_a_rejected_trace_and_its_minimal_counterexample_need_nothing_more(tmp_path: Path) -> None:
+    """Without its acceptance, the claim's later events are rejected: the counterexample and
+    its shrinking run on the same light path."""
+    lines = TRACE.read_bytes().splitlines(keepends=True)
+    assert b'"resident_claim_accepted"' in lines[2]
+    rejected = tmp_path / "rejected.ndjson"
+    rejected.write_bytes(b"".join(lines[:2] + lines[3:]))
+    code, modules = imported_by_check(rejected)
+    assert code == 1
+    assert heavy_modules(modules) == []
+
+
+def test_the_command_line_entry_imports_no_click_for_a_plain_check() -> None:
+    """`python -m kvclaims check TRACE` (the console script's path) stays off click too."""
+    probe = (
+        "import runpy, sys, json\n"
+        "sys.argv = ['kvclaims', 'check', sys.argv[1]]\n"
+        "try:\n"
+        "    runpy.run_module('kvclaims', run_name='__main__')\n"
+        "except SystemExit as exit:\n"
+        "    sys.stderr.write(json.dumps({'code': exit.code, 'modules': sorted(sys.modules)}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(TRACE)], capture_output=True, text=True, timeout=120, env=PIPED
+    )
+    report = json.loads(done.stderr)
+    assert report["code"] == 0
+    assert heavy_modules(set(report["modules"])) == []
 
 
 def test_the_spec_package_re_exports_on_first_use() -> None:

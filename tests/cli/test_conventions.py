@@ -16,8 +16,10 @@ import click
 import pytest
 from rich.console import Console
 
-from kvclaims.cli import COMMANDS, SIGPIPE_EXIT, cli, main
+from kvclaims.cli import main
 from kvclaims.cli._common import terminal_table
+from kvclaims.cli._output import SIGPIPE_EXIT
+from kvclaims.cli.app import COMMANDS, cli
 from kvclaims.refinement.testing import TraceBuilder
 
 REPOSITORY = Path(__file__).resolve().parents[2]

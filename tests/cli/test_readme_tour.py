@@ -21,7 +21,7 @@ import click
 import pytest
 from conftest import vllm_missing_reason
 
-from kvclaims.cli import cli
+from kvclaims.cli.app import cli
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 README = (REPOSITORY / "README.md").read_text()

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kvclaims.cli import COMMANDS, main
+from kvclaims.cli import main
+from kvclaims.cli.app import COMMANDS
 from kvclaims.refinement.testing import TraceBuilder
 from kvclaims.spec.descriptor import load_descriptor
 from kvclaims.spec.evidence import LoweringRow

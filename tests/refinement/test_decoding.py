@@ -9,6 +9,7 @@ purpose (tested separately), which is the one documented difference.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import msgspec
@@ -192,3 +193,14 @@ def test_integers_beyond_64_bits_are_refused_although_pydantic_would_keep_them(f
     document = {"seq": 1, "event": "block_stored", **EXAMPLES["block_stored"], field: 2**80}
     line = json.dumps(document).encode()
     assert pydantic_accepts(line) and not fast_accepts(line)
+
+
+def test_a_broken_model_rule_is_refused_in_the_models_words() -> None:
+    """The Structs run the rule itself; the message is the one pydantic gives (the schema of
+    record's), as before the Structs were generated."""
+    predicate = {"kind": "leading_prefix_at_least", "blocks": 2, "tokens": 32}
+    line = json.dumps({"seq": 1, "event": "resident_claim_accepted", **TERMS, "predicate": predicate})
+    event = event_decoder().decode(line.encode())
+    expected = "Value error, give exactly one of 'blocks' or 'tokens' - at `$.leading_prefix_at_least`"
+    with pytest.raises(msgspec.ValidationError, match=re.escape(expected)):
+        run_model_validators("resident_claim_accepted", event)

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from kvclaims.cli import COMMANDS, main
+from kvclaims.cli import main
 from kvclaims.cli import vllm as vllm_cli
 from kvclaims.cli._common import Exit
+from kvclaims.cli.app import COMMANDS
 from kvclaims.lab.scheduler_scenarios import SCENARIOS
 from kvclaims.vllm_binding import plugin
 

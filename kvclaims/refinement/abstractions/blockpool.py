@@ -41,7 +41,7 @@ from typing import Any
 
 from kvclaims.refinement.abstractions import RecordAbstraction, optional, require, usable_blocks_of
 from kvclaims.refinement.reader import HeaderInfo, parse_error
-from kvclaims.spec.trace import CAPACITY_PROOF_FIELDS
+from kvclaims.spec.tables import CAPACITY_PROOF_FIELDS
 from kvclaims.spec.vocabulary import ProtectionMode
 
 FORMAT = "blockpool"

@@ -56,10 +56,10 @@ from kvclaims.refinement.reader import (
     read_lines,
     validated_document,
 )
+from kvclaims.refinement.sources import DYNAMO_ROUTER_FORMAT as FORMAT
 from kvclaims.refinement.verdict import ErrorClass, Finding
 from kvclaims.spec.trace import RouteDecided
 
-FORMAT = "dynamo-active-sequences"
 SOURCE = (
     "ai-dynamo/dynamo@cfa22544b95be056ab4f4b9b9e1762d8b56f6e59 lib/kv-router/src/protocols.rs "
     "(ActiveSequenceEvent)"

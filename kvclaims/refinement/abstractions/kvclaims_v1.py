@@ -1,10 +1,10 @@
 """Trace v1 itself: the identity abstraction, read at full speed.
 
-The header is validated by the pydantic model; each event line is decoded straight into its
-Struct by the derived msgspec decoder (`kvclaims.refinement.decoding`), the pydantic validators a
-Struct cannot express are re-run where needed, and `seq` must strictly increase. The hot loop
-pushes events into the sink (the checker) without generators in between: splitting 1 MiB chunks
-into lines, one C decode per line, one call per event.
+The header and each event line are decoded into their generated msgspec Structs
+(`kvclaims.refinement.decoding`), the model rules a Struct cannot express are checked where
+needed, and `seq` must strictly increase; pydantic is imported only to word what a Struct
+refused in a header. The hot loop pushes events into the sink (the checker) without generators
+in between: splitting 1 MiB chunks into lines, one C decode per line, one call per event.
 
 Duplicate and unknown keys: the decoded Structs are re-encoded, a whole chunk in one C call, in
 their shortest form (no defaults, no whitespace; msgspec writes every string and integer in its
@@ -24,6 +24,7 @@ import msgspec
 
 from kvclaims.refinement.decoding import (
     EVENT_NAME,
+    EVENT_STRUCTS,
     NEEDS_MODEL_VALIDATION,
     event_decoder,
     run_model_validators,
@@ -42,7 +43,7 @@ from kvclaims.refinement.reader import (
     ordering_error,
     parse_error,
 )
-from kvclaims.spec.trace import EVENT_MODELS, TraceHeader
+from kvclaims.spec.trace_structs import HEADER
 
 FORMAT = "kvclaims-v1"
 
@@ -151,7 +152,7 @@ class KvclaimsV1Source:
                 index += 1
                 continue
             if len(piece) != len(shortest(event)):
-                self.audit.audit(piece, number, EVENT_MODELS[EVENT_NAME[type(event)]])
+                self.audit.audit(piece, number, type(event))
             if event.seq <= last_seq:
                 raise ordering_error(event.seq, last_seq, number)
             last_seq = event.seq
@@ -174,7 +175,7 @@ class KvclaimsV1Source:
             sink.unknown(unknown.name, number, index)
             return last_seq
         if len(content) != len(msgspec.json.encode(event)):
-            self.audit.audit(content, number, EVENT_MODELS[EVENT_NAME[type(event)]])
+            self.audit.audit(content, number, type(event))
         if event.seq <= last_seq:
             raise ordering_error(event.seq, last_seq, number)
         if EVENT_NAME[type(event)] in NEEDS_MODEL_VALIDATION:
@@ -225,20 +226,31 @@ def _header(content: bytes, terminated: bool, audit: FieldAudit) -> HeaderInfo:
         hint = " (the file starts with an event: its header line is missing)" if _is_event(document) else ""
         raise parse_error(f"line 1 is not a trace header (no kvclaims_trace field){hint}", 1)
     check_integers(document, 1)
-    audit.fields(document, 1, TraceHeader, "")
-    from pydantic import ValidationError
-
+    audit.fields(document, 1, HEADER, "")
     try:
-        header = TraceHeader.model_validate(document)
-    except ValidationError as error:
-        detail = error.errors(include_url=False)[0]
-        field = ".".join(str(p) for p in detail["loc"])
-        raise parse_error(f"invalid header: {detail['msg']}", 1, field) from None
+        header = msgspec.convert(document, HEADER)
+    except msgspec.ValidationError:
+        header = _header_of_record(document)
     block_size = header.block_size
     if block_size is None and header.cache_identity is not None:
         block_size = header.cache_identity.block_size
     return HeaderInfo(header.usable_blocks, block_size, header.source)
 
 
+def _header_of_record(document: dict[str, Any]) -> Any:
+    """The header as the pydantic model validates it: for a header its Struct refused, so that
+    the finding is worded, and located, as the schema of record words it."""
+    from pydantic import ValidationError
+
+    from kvclaims.spec.trace import TraceHeader
+
+    try:
+        return TraceHeader.model_validate(document)
+    except ValidationError as error:
+        detail = error.errors(include_url=False)[0]
+        field = ".".join(str(p) for p in detail["loc"])
+        raise parse_error(f"invalid header: {detail['msg']}", 1, field) from None
+
+
 def _is_event(document: Any) -> bool:
-    return isinstance(document, dict) and document.get("event") in EVENT_MODELS
+    return isinstance(document, dict) and document.get("event") in EVENT_STRUCTS

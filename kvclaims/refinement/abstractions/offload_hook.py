@@ -41,8 +41,8 @@ from kvclaims.refinement.abstractions import (
     usable_blocks_of,
 )
 from kvclaims.refinement.reader import HeaderInfo, parse_error
-from kvclaims.spec.trace import CAPACITY_PROOF_FIELDS, RestorationOutcome
-from kvclaims.spec.vocabulary import ProtectionMode
+from kvclaims.spec.tables import CAPACITY_PROOF_FIELDS
+from kvclaims.spec.vocabulary import ProtectionMode, RestorationOutcome
 
 FORMAT = "offload-hook"
 

@@ -46,8 +46,7 @@ from kvclaims.refinement.abstractions import (
     restored_step,
 )
 from kvclaims.refinement.reader import HeaderInfo
-from kvclaims.spec.trace import RestorationOutcome
-from kvclaims.spec.vocabulary import ProtectionMode
+from kvclaims.spec.vocabulary import ProtectionMode, RestorationOutcome
 
 FORMAT = "pydev-connector"
 
