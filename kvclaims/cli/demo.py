@@ -1,8 +1,9 @@
 """The main job, end to end on the bundled inputs: `kvclaims report` on the shipped descriptors and
 bundled traces, plus every trace this run makes.
 
-Runs every stage (those without vLLM at the same time as the vLLM ones, each group in its order;
-the table and the report keep this order): the lowering matrix over the shipped descriptors,
+Runs every stage (those without vLLM at the same time as the vLLM ones, each group in its order,
+the trace check and the pictures in whichever is free first once what they read is written; the
+table and the report keep this order): the lowering matrix over the shipped descriptors,
 the JSON Schemas, an external labelled trace corpus when this machine has one (skipped, and said
 so, otherwise),
 the MicroRuntime scenarios, the Z3 proofs, the adversary, the vLLM scheduler, engine and hybrid
@@ -121,11 +122,18 @@ CONCURRENT: tuple[tuple[str, ...], ...] = (
     ),
     ("vLLM scheduler lane", "vLLM engine lane", "vLLM hybrid lane"),
 )
-"""Lanes that run at once (they write disjoint folders): the stages without vLLM beside the
-vLLM stages, which share one lane so that vLLM is imported once (the engine lane's import took
-100 s of a 274 s stage on the loaded machine when it had a lane of its own) and one `vllm.LLM`
-runs at a time. The trace check and the pictures read what both lanes wrote, so they run after
-them."""
+"""Lanes that run at once, each in its own process (they write disjoint folders): the stages
+without vLLM beside the vLLM stages, which share one lane so that vLLM is imported once (the
+engine lane's import took 100 s of a 274 s stage on the loaded machine when it had a lane of its
+own) and one `vllm.LLM` runs at a time. The trace check and the pictures read what the lanes
+wrote: each runs in the first lane process free once what it reads is written (`AFTER`)."""
+
+AFTER: dict[str, tuple[str, ...]] = {
+    "pictures": ("MicroRuntime scenarios", "vLLM engine lane"),
+}
+"""What a stage outside the lanes waits for when it is not every stage before it: the pictures
+draw the engine lane's trace (or, without vLLM, a MicroRuntime scenario's); nothing else they
+draw comes from this run's files."""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -151,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
         force=getattr(args, "force", False),
         as_json=getattr(args, "json", False),
         concurrent=CONCURRENT,
+        after=AFTER,
     )
 
 
