@@ -190,3 +190,15 @@ def test_a_free_stage_still_runs_when_the_lane_it_waited_for_died(
         ("dies", "failed"),
         ("then", "ok"),
     ]
+
+
+def test_every_demo_stage_has_one_place_to_run_and_waits_only_for_known_stages() -> None:
+    names = [name for name, _ in demo.STAGES]
+    laned = [name for lane in demo.CONCURRENT for name in lane]
+    assert len(laned) == len(set(laned)) and set(laned) <= set(names)
+    assert set(demo.AFTER) == set(names) - set(laned)  # every other stage says what it waits for
+    assert all(set(waits) <= set(names) for waits in demo.AFTER.values())
+    # the trace check reads every lane folder's traces: it waits for each stage that writes them
+    from kvclaims.report.verdicts import LANES
+
+    assert set(LANES.values()) <= set(demo.AFTER["check every trace"])
