@@ -30,7 +30,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -378,7 +378,8 @@ def _run_lanes(
                     continue
                 index = plan.next_for(lane, finished)
                 if index is not None:
-                    connection.send(index)
+                    with suppress(OSError):  # a process killed while idle: its end is read below
+                        connection.send(index)
                     running[connection] = index
                 elif not (plan.lanes[lane] or plan.free):
                     _end_lane(processes.pop(connection)[0], connection)

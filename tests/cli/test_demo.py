@@ -202,3 +202,38 @@ def test_every_demo_stage_has_one_place_to_run_and_waits_only_for_known_stages()
     from kvclaims.report.verdicts import LANES
 
     assert set(LANES.values()) <= set(demo.AFTER["check every trace"])
+
+
+def _notes_its_pid(out: Path) -> str:
+    import os
+
+    (out / "pid").write_text(str(os.getpid()))
+    return "noted"
+
+
+def _kills_the_noted_process(out: Path) -> str:
+    import os
+    import signal
+    import time
+
+    os.kill(int((out / "pid").read_text()), signal.SIGKILL)  # idle: its lane is done
+    time.sleep(0.5)
+    return "killed it"
+
+
+def test_a_stage_sent_to_a_process_killed_while_idle_fails_and_the_run_goes_on(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    stages = [("a", _notes_its_pid), ("b", _kills_the_noted_process), ("c", _quick), ("d", _quick)]
+    monkeypatch.setattr(demo, "CONCURRENT", (("a",), ("b",)))
+    monkeypatch.setattr(demo, "AFTER", {"c": ("a", "b"), "d": ("a", "b")})
+    monkeypatch.setattr(demo, "STAGES", tuple(stages))
+    assert demo.run(argparse.Namespace(out=tmp_path, stages=None, force=False, json=True)) == 1
+    summary = json.loads(capfd.readouterr().out)
+    assert [(s["name"], s["status"]) for s in summary["stages"]] == [
+        ("a", "ok"),
+        ("b", "ok"),
+        ("c", "failed"),
+        ("d", "ok"),
+    ]
+    assert "exit code -9" in summary["stages"][2]["summary"]
