@@ -1,8 +1,9 @@
 """The main job, end to end on the bundled inputs: `kvclaims report` on the shipped descriptors and
 bundled traces, plus every trace this run makes.
 
-Runs every stage (those without vLLM at the same time as the vLLM ones, each group in its order;
-the table and the report keep this order): the lowering matrix over the shipped descriptors,
+Runs every stage (the Z3 stages at the same time as the vLLM ones, each group in its order, the
+other stages in whichever group is free first once what they read is written; the table and the
+report keep this order): the lowering matrix over the shipped descriptors,
 the JSON Schemas, an external labelled trace corpus when this machine has one (skipped, and said
 so, otherwise),
 the MicroRuntime scenarios, the Z3 proofs, the adversary, the vLLM scheduler, engine and hybrid
@@ -42,7 +43,7 @@ from kvclaims.cli.scenario import demo_stage as scenario_demo_stage
 from kvclaims.cli.vllm import demo_stage as vllm_demo_stage
 from kvclaims.cli.vllm import engine_demo_stage as vllm_engine_demo_stage
 from kvclaims.cli.vllm import hybrid_demo_stage as vllm_hybrid_demo_stage
-from kvclaims.report.verdicts import FoundTrace
+from kvclaims.report.verdicts import LANES, FoundTrace
 from kvclaims.spec.errors import InputError, Problem
 
 __all__ = ["NOT_RUN", "STAGES", "Stage"]
@@ -114,21 +115,27 @@ STAGES: tuple[tuple[str, Stage], ...] = (
 )
 
 CONCURRENT: tuple[tuple[str, ...], ...] = (
-    (
-        "lowering matrix",
-        "schemas",
-        "external trace corpus",
-        "MicroRuntime scenarios",
-        "proofs (Z3)",
-        "adversary (Z3)",
-    ),
+    ("proofs (Z3)", "adversary (Z3)"),
     ("vLLM scheduler lane", "vLLM engine lane", "vLLM hybrid lane"),
 )
-"""Lanes that run at once (they write disjoint folders): the stages without vLLM beside the
-vLLM stages, which share one lane so that vLLM is imported once (the engine lane's import took
-100 s of a 274 s stage on the loaded machine when it had a lane of its own) and one `vllm.LLM`
-runs at a time. The trace check and the pictures read what both lanes wrote, so they run after
-them."""
+"""Lanes that run at once, each in its own process (they write disjoint folders): the Z3 stages,
+the longest, beside the vLLM stages, which share one lane so that vLLM is imported once (the
+engine lane's import took 100 s of a 274 s stage on the loaded machine when it had a lane of its
+own) and one `vllm.LLM` runs at a time. Every other stage runs in the first lane process free
+once what it reads is written (`AFTER`), so the Z3 lane starts at once and the short stages
+fill the other lane's time."""
+
+AFTER: dict[str, tuple[str, ...]] = {
+    "lowering matrix": (),
+    "schemas": (),
+    "external trace corpus": (),
+    "MicroRuntime scenarios": (),
+    "check every trace": tuple(LANES.values()),
+    "pictures": ("MicroRuntime scenarios", "vLLM engine lane"),
+}
+"""What each stage outside the lanes waits for: the first four read only bundled inputs; the
+trace check reads the traces of the stages that write them; the pictures draw the engine lane's
+trace (or, without vLLM, a MicroRuntime scenario's) and nothing else of this run."""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -154,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
         force=getattr(args, "force", False),
         as_json=getattr(args, "json", False),
         concurrent=CONCURRENT,
+        after=AFTER,
     )
 
 

@@ -29,10 +29,11 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 from rich.console import Console
@@ -179,12 +180,15 @@ def run_stages(
     force: bool,
     as_json: bool = False,
     concurrent: Sequence[Sequence[str]] = (),
+    after: Mapping[str, Sequence[str]] | None = None,
 ) -> int:
-    """Run `stages` in order into the fresh folder `out`, then write REPORT.md and
-    manifest.json; prints progress and a table of stages (or one JSON line). `concurrent`
-    names lanes of stages that share no files: the lanes run at once, each in its own forked
-    process and each lane's stages in their given order, at the place of the first of them;
-    the records, the report and the logs keep the order of `stages`."""
+    """Run `stages` into the fresh folder `out`, then write REPORT.md and manifest.json; prints
+    progress and a table of stages (or one JSON line). Without `concurrent` the stages run in
+    order in this process. `concurrent` names lanes of stages that share no files: each lane
+    runs in its own forked process, in its given order, all lanes at once; each other stage
+    runs in the first lane process that is free once the stages it waits for have finished
+    (those `after` names for it, else every stage before it). The records, the report and the
+    logs keep the order of `stages`."""
     from kvclaims.report.report import snapshot, write_manifest, write_report
 
     global RUN_STARTED_NS
@@ -196,13 +200,13 @@ def run_stages(
     labels = [f"[{number}/{len(stages)}] {name}" for number, (name, _) in enumerate(stages, 1)]
     records: list[StageRecord | None] = [None] * len(stages)
     started = time.perf_counter()
-    for step in _schedule([name for name, _ in stages], concurrent):
-        if len(step) == 1 and len(step[0]) == 1:
-            index = step[0][0]
-            records[index] = _run_stage(console, labels[index], *stages[index], out)
-        else:
-            for index, record in _run_lanes(console, labels, stages, step, out):
-                records[index] = record
+    plan = _plan([name for name, _ in stages], concurrent, after or {})
+    if plan is None:
+        for index, stage in enumerate(stages):
+            records[index] = _run_stage(console, labels[index], *stage, out)
+    else:
+        for index, record in _run_lanes(console, labels, stages, plan, out):
+            records[index] = record
     total = time.perf_counter() - started
     done = [record for record in records if record is not None]
     report = write_report(out, done, total, title=title)
@@ -217,7 +221,13 @@ def run_stages(
                 "failed": failed,
                 "seconds": round(total, 3),
                 "stages": [
-                    {"name": r.name, "status": r.status, "seconds": round(r.seconds, 3), "summary": r.summary}
+                    {
+                        "name": r.name,
+                        "status": r.status,
+                        "seconds": round(r.seconds, 3),
+                        "cpu_seconds": round(r.cpu_seconds, 3),
+                        "summary": r.summary,
+                    }
                     for r in done
                 ],
             }
@@ -259,17 +269,25 @@ def _run_logged(name: str, stage: Stage, out: Path) -> StageRecord:
     from kvclaims.report.report import StageRecord
 
     log = out / "logs" / f"{name.split(' (')[0].replace(' ', '-').lower()}.log"
-    began = time.perf_counter()
+    began, cpu_began = time.perf_counter(), _cpu_seconds()
     with _redirected(log) as stream:
         try:
             summary, status = stage(out), "ok"
         except Exception as error:  # a failing stage is recorded and the run goes on
             traceback.print_exc(file=stream)
             summary, status = f"{type(error).__name__}: {error}", "failed"
-    seconds = time.perf_counter() - began
+    seconds, cpu = time.perf_counter() - began, _cpu_seconds() - cpu_began
     if summary.startswith(NOT_RUN):
         status, summary = "skipped", summary[len(NOT_RUN) :]
-    return StageRecord(name, status, seconds, summary)
+    return StageRecord(name, status, seconds, summary, cpu)
+
+
+def _cpu_seconds() -> float:
+    """CPU time this process (all its threads) and the child processes it waited for used."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def _print_record(console: Console, label: str, record: StageRecord) -> None:
@@ -280,75 +298,134 @@ def _print_record(console: Console, label: str, record: StageRecord) -> None:
 MARKS = {"ok": "[green]ok[/]", "skipped": "[yellow]skipped[/]", "failed": "[bold red]FAILED[/]"}
 """How the console shows each stage status."""
 
-Lanes = list[list[int]]
-"""Indices into the stages: lanes that run at once, each lane's stages in order."""
+
+@dataclass
+class Plan:
+    """Which process runs what: `lanes[k]` are the stages only lane process k runs, in order;
+    `free` are the other stages in order, each run by the first lane process free once every
+    stage in `waits[index]` has finished."""
+
+    lanes: list[list[int]]
+    free: list[int]
+    waits: dict[int, set[int]]
+
+    def next_for(self, lane: int, finished: set[int]) -> int | None:
+        """The stage lane process `lane` runs next (taken off the plan), or None for now."""
+        if self.lanes[lane]:
+            return self.lanes[lane].pop(0)
+        for index in self.free:
+            if self.waits[index] <= finished:
+                self.free.remove(index)
+                return index
+        return None
 
 
-def _schedule(names: Sequence[str], concurrent: Sequence[Sequence[str]]) -> list[Lanes]:
-    """The steps of a run in order: one stage alone, or the `concurrent` lanes together at the
-    place of their first stage (a lane none of whose stages was asked for is left out)."""
+def _plan(
+    names: Sequence[str], concurrent: Sequence[Sequence[str]], after: Mapping[str, Sequence[str]]
+) -> Plan | None:
+    """The plan for `names` (None: one process in order, when fewer than two of the
+    `concurrent` lanes have a stage asked for). A stage `after` names waits for those of its
+    stages that are asked for; any other free stage waits for every stage before it."""
     lanes = [[names.index(name) for name in lane if name in names] for lane in concurrent]
     lanes = [lane for lane in lanes if lane]
-    together = {index for lane in lanes for index in lane}
-    steps: list[Lanes] = []
-    for index in range(len(names)):
-        if index not in together:
-            steps.append([[index]])
-        elif lanes and index == min(together):
-            steps.append(lanes)
-    return steps
+    if len(lanes) < 2:
+        return None
+    laned = {index for lane in lanes for index in lane}
+    free = [index for index in range(len(names)) if index not in laned]
+    waits = {
+        index: (
+            {names.index(n) for n in after[names[index]] if n in names}
+            if names[index] in after
+            else set(range(index))
+        )
+        for index in free
+    }
+    return Plan(lanes, free, waits)
 
 
 def _run_lanes(
-    console: Console, labels: Sequence[str], stages: Sequence[tuple[str, Stage]], lanes: Lanes, out: Path
+    console: Console, labels: Sequence[str], stages: Sequence[tuple[str, Stage]], plan: Plan, out: Path
 ) -> Iterator[tuple[int, StageRecord]]:
-    """Run each lane in a forked process (their output goes to the stages' logs, so the forks
-    need their own file descriptors); yields each record as it arrives. A lane whose process
-    dies records its unfinished stages as failed."""
+    """Run `plan`: one forked process per lane (their output goes to the stages' logs, so the
+    forks need their own file descriptors), each sent its next stage as it finishes one; yields
+    each record as it arrives. A lane whose process dies records its stage and the rest of its
+    lane as failed; free stages left when every process has ended run here."""
     import multiprocessing
     from multiprocessing.connection import wait
 
     from kvclaims.report.report import StageRecord
 
     context = multiprocessing.get_context("fork")
-    console.print("running at once: " + "; ".join(", ".join(labels[i] for i in lane) for lane in lanes))
+    console.print(
+        "running at once: "
+        + "; ".join(", ".join(labels[i] for i in lane) for lane in plan.lanes)
+        + (f"; then, in the first free: {', '.join(labels[i] for i in plan.free)}" if plan.free else "")
+    )
     sys.stdout.flush()
     sys.stderr.flush()
-    running = {}
-    for lane in lanes:
-        receiver, sender = context.Pipe(duplex=False)
-        process = context.Process(target=_lane_process, args=(lane, stages, out, sender), daemon=False)
+    finished: set[int] = set()
+    processes: dict[Any, tuple[Any, int]] = {}  # connection -> (process, its lane)
+    running: dict[Any, int] = {}  # connection -> the stage its process runs
+    for lane in range(len(plan.lanes)):
+        connection, child_end = context.Pipe()
+        process = context.Process(target=_lane_process, args=(stages, out, child_end), daemon=False)
         process.start()
-        sender.close()
-        running[receiver] = (process, list(lane))
+        child_end.close()
+        processes[connection] = (process, lane)
     try:
-        while running:
-            for receiver in wait(list(running)):
-                process, left = running[receiver]
-                try:
-                    index, record = receiver.recv()
-                except EOFError:
-                    process.join()
-                    del running[receiver]
-                    why = f"its process ended (exit code {process.exitcode}) before the stage finished"
-                    for index in left:
-                        record = StageRecord(stages[index][0], "failed", 0.0, why)
-                        _print_record(console, labels[index], record)
-                        yield index, record
+        while processes:
+            for connection, (_, lane) in list(processes.items()):
+                if connection in running:
                     continue
-                left.remove(index)
-                _print_record(console, labels[index], record)
-                yield index, record
+                index = plan.next_for(lane, finished)
+                if index is not None:
+                    with suppress(OSError):  # a process killed while idle: its end is read below
+                        connection.send(index)
+                    running[connection] = index
+                elif not (plan.lanes[lane] or plan.free):
+                    _end_lane(processes.pop(connection)[0], connection)
+            if not running:
+                break  # free stages left wait for nothing a process could still finish
+            for connection in wait(list(running)):
+                index = running.pop(connection)
+                try:
+                    done, stage_record = connection.recv()
+                except EOFError:
+                    process, lane = processes.pop(connection)
+                    process.join()
+                    why = f"its process ended (exit code {process.exitcode}) before the stage finished"
+                    lost, plan.lanes[lane] = [index, *plan.lanes[lane]], []
+                    for stage in lost:
+                        finished.add(stage)
+                        stage_record = StageRecord(stages[stage][0], "failed", 0.0, why)
+                        _print_record(console, labels[stage], stage_record)
+                        yield stage, stage_record
+                    continue
+                finished.add(done)
+                _print_record(console, labels[done], stage_record)
+                yield done, stage_record
+        for index in list(plan.free):  # no lane process is left to run these
+            plan.free.remove(index)
+            yield index, _run_stage(console, labels[index], *stages[index], out)
     finally:
-        for process, _ in running.values():
+        for connection, (process, _) in processes.items():
             process.terminate()
             process.join()
+            connection.close()
 
 
-def _lane_process(lane: list[int], stages: Sequence[tuple[str, Stage]], out: Path, sender: object) -> None:
-    for index in lane:
-        sender.send((index, _run_logged(*stages[index], out)))  # type: ignore[attr-defined]
-    sender.close()  # type: ignore[attr-defined]
+def _end_lane(process: Any, connection: Any) -> None:
+    """Tell an idle lane process it is done, and wait for it to exit."""
+    connection.send(None)
+    connection.close()
+    process.join()
+
+
+def _lane_process(stages: Sequence[tuple[str, Stage]], out: Path, connection: Any) -> None:
+    """A lane process: run each stage it is sent, send back its record; None ends it."""
+    while (index := connection.recv()) is not None:
+        connection.send((index, _run_logged(*stages[index], out)))
+    connection.close()
 
 
 @contextmanager

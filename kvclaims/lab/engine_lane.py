@@ -24,6 +24,7 @@ import os
 import random
 import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -97,6 +98,29 @@ class ScenarioRun:
     kv_events_path: Path | None = None
 
 
+def serve_on_one_thread() -> None:
+    """Torch's intra-op threads to 1 before an in-process engine starts, as vLLM means to serve
+    on CPU (`set_torch_threads_for_runtime`: idle OMP workers spin after every parallel op)
+    unless `OMP_NUM_THREADS` says otherwise. vLLM's CPU worker replaces `torch.set_num_threads`
+    with a no-op before that runs in this process, so the engine kept every core's thread: the
+    hybrid lane used 5 times the CPU, the engine lane 1.6 times."""
+    if "OMP_NUM_THREADS" in os.environ:
+        return
+    import torch
+
+    torch._C.set_num_threads(1)  # the function vLLM's worker hides behind `torch.set_num_threads`
+
+
+def eager() -> AbstractContextManager[None]:
+    """Run vLLM's steps as the lanes start it (`enforce_eager`) with its sampler included: the
+    one `torch.compile` vLLM keeps outside its compilation config (the rank of each sampled
+    token's logprob) runs eagerly too, giving the same integers; compiling it took 1.8 s of the
+    engine lane's 6 s of CPU in `kvclaims demo`."""
+    import torch
+
+    return torch.compiler.set_stance("force_eager")  # type: ignore[no-any-return]
+
+
 class EngineLane:
     """One in-process vLLM engine with the binding; scenarios run on it one after another."""
 
@@ -105,6 +129,7 @@ class EngineLane:
     ) -> None:
         require_supported_vllm()
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        serve_on_one_thread()
         from vllm import LLM
 
         spec = spec or EngineSpec()
@@ -198,13 +223,14 @@ class EngineLane:
         run = self._require_run()
         engine = self.llm.llm_engine
         steps = 0
-        while engine.has_unfinished_requests():
-            if steps >= max_steps:
-                raise RuntimeError(f"requests still unfinished after {max_steps} engine steps (livelock?)")
-            for output in engine.step():
-                if output.finished:
-                    run.finished[output.request_id] = _finished(output)
-            steps += 1
+        with eager():
+            while engine.has_unfinished_requests():
+                if steps >= max_steps:
+                    raise RuntimeError(f"requests unfinished after {max_steps} engine steps (livelock?)")
+                for output in engine.step():
+                    if output.finished:
+                        run.finished[output.request_id] = _finished(output)
+                steps += 1
         run.steps += steps
         return steps
 

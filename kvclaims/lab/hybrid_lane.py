@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvclaims.lab.engine_lane import eager, serve_on_one_thread
 from kvclaims.lab.tiny_model import HYBRID_SERVED_MODEL_NAME, TINY_QWEN3_NEXT, cached_tiny_model
 from kvclaims.vllm_binding.config import BindingConfig
 from kvclaims.vllm_binding.plugin import require_supported_vllm
@@ -65,6 +66,7 @@ class HybridLane:
     def __init__(self, *, model_dir: Path | None = None, max_tokens: int = 4) -> None:
         require_supported_vllm()
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        serve_on_one_thread()
         from vllm import LLM
 
         self.max_tokens = max_tokens
@@ -121,7 +123,8 @@ class HybridLane:
         request = TokensPrompt(prompt_token_ids=list(tokens))
         if salt is not None:
             request["cache_salt"] = salt
-        (result,) = self.llm.generate([request], params, use_tqdm=False)
+        with eager():
+            (result,) = self.llm.generate([request], params, use_tqdm=False)
         completion = result.outputs[0]
         first = completion.logprobs[0] if completion.logprobs else {}
         return Output(

@@ -250,7 +250,7 @@ def separate(figure: object, fixed: list, movable: list) -> None:
     """Put each label of `movable` ((text, candidate places), in order) at the first candidate
     where its box overlaps no box of `fixed` nor of a label placed before it; when every
     candidate overlaps, at the one overlapping least."""
-    figure.canvas.draw()  # type: ignore[attr-defined]
+    figure.draw_without_rendering()  # type: ignore[attr-defined] # lays text out; extents need no pixels
     placed = [text_box(figure, t) for t in fixed]
     for label, places in movable:
         best, best_overlap = places[0], float("inf")

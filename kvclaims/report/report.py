@@ -36,6 +36,8 @@ class StageRecord:
     status: str
     seconds: float
     summary: str
+    cpu_seconds: float = 0.0
+    """CPU time the stage used: its process's threads and the child processes it waited for."""
 
 
 def draw_pictures(out: Path, *, sweep: bool, timeline: tuple[Path, str] | None) -> str:
@@ -124,8 +126,10 @@ def _verdict_line(records: list[StageRecord], total_seconds: float) -> str:
 
 
 def _stages(records: list[StageRecord]) -> str:
-    rows = [[r.name, r.status, f"{r.seconds:.1f}", r.summary] for r in records]
-    return "## Stages\n\n" + markdown_table(["stage", "status", "seconds", "what it did"], rows)
+    rows = [[r.name, r.status, f"{r.seconds:.1f}", f"{r.cpu_seconds:.1f}", r.summary] for r in records]
+    return "## Stages\n\n" + markdown_table(
+        ["stage", "status", "seconds", "CPU seconds", "what it did"], rows
+    )
 
 
 def _conformance_of_surfaces(out: Path, used: set[tuple[str, str]]) -> str:

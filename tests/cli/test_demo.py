@@ -138,3 +138,102 @@ def test_concurrent_lanes_keep_the_order_the_logs_and_each_failure(
         < report.index("| dies |")
         < report.index("| alone |")
     )
+
+
+def _writes_marker(out: Path) -> str:
+    (out / "marker").write_text("written")
+    return "marker written"
+
+
+def _waits_for_marker(out: Path) -> str:
+    import time
+
+    deadline = time.monotonic() + 60
+    while not (out / "marker").exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError("no marker: the free stage did not run while this lane was running")
+        time.sleep(0.05)
+    return "saw the marker"
+
+
+def test_a_free_stage_runs_in_the_first_free_lane_once_what_it_waits_for_finished(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # "marker" waits only for "first": it must run while the other lane still waits for its file
+    # (had it waited for every stage before it, "waits" would time out and fail)
+    stages = [("first", _quick), ("waits", _waits_for_marker), ("marker", _writes_marker), ("last", _quick)]
+    monkeypatch.setattr(demo, "CONCURRENT", (("first",), ("waits",)))
+    monkeypatch.setattr(demo, "AFTER", {"marker": ("first",)})
+    monkeypatch.setattr(demo, "STAGES", tuple(stages))
+    assert demo.run(argparse.Namespace(out=tmp_path, stages=None, force=False, json=True)) == 0
+    summary = json.loads(capfd.readouterr().out)
+    assert [(s["name"], s["status"], s["summary"]) for s in summary["stages"]] == [
+        ("first", "ok", "quick"),
+        ("waits", "ok", "saw the marker"),
+        ("marker", "ok", "marker written"),
+        ("last", "ok", "quick"),
+    ]
+    assert all(s["cpu_seconds"] >= 0 for s in summary["stages"])
+
+
+def test_a_free_stage_still_runs_when_the_lane_it_waited_for_died(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    stages = [("first", _quick), ("dies", _dies), ("then", _quick)]
+    monkeypatch.setattr(demo, "CONCURRENT", (("first",), ("dies",)))
+    monkeypatch.setattr(demo, "AFTER", {"then": ("dies",)})
+    monkeypatch.setattr(demo, "STAGES", tuple(stages))
+    assert demo.run(argparse.Namespace(out=tmp_path, stages=None, force=False, json=True)) == 1
+    summary = json.loads(capfd.readouterr().out)
+    assert [(s["name"], s["status"]) for s in summary["stages"]] == [
+        ("first", "ok"),
+        ("dies", "failed"),
+        ("then", "ok"),
+    ]
+
+
+def test_every_demo_stage_has_one_place_to_run_and_waits_only_for_known_stages() -> None:
+    names = [name for name, _ in demo.STAGES]
+    laned = [name for lane in demo.CONCURRENT for name in lane]
+    assert len(laned) == len(set(laned)) and set(laned) <= set(names)
+    assert set(demo.AFTER) == set(names) - set(laned)  # every other stage says what it waits for
+    assert all(set(waits) <= set(names) for waits in demo.AFTER.values())
+    # the trace check reads every lane folder's traces: it waits for each stage that writes them
+    from kvclaims.report.verdicts import LANES
+
+    assert set(LANES.values()) <= set(demo.AFTER["check every trace"])
+
+
+def _notes_its_pid(out: Path) -> str:
+    import os
+
+    (out / "pid").write_text(str(os.getpid()))
+    return "noted"
+
+
+def _kills_the_noted_process(out: Path) -> str:
+    import os
+    import signal
+    import time
+
+    os.kill(int((out / "pid").read_text()), signal.SIGKILL)  # idle: its lane is done
+    time.sleep(0.5)
+    return "killed it"
+
+
+def test_a_stage_sent_to_a_process_killed_while_idle_fails_and_the_run_goes_on(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    stages = [("a", _notes_its_pid), ("b", _kills_the_noted_process), ("c", _quick), ("d", _quick)]
+    monkeypatch.setattr(demo, "CONCURRENT", (("a",), ("b",)))
+    monkeypatch.setattr(demo, "AFTER", {"c": ("a", "b"), "d": ("a", "b")})
+    monkeypatch.setattr(demo, "STAGES", tuple(stages))
+    assert demo.run(argparse.Namespace(out=tmp_path, stages=None, force=False, json=True)) == 1
+    summary = json.loads(capfd.readouterr().out)
+    assert [(s["name"], s["status"]) for s in summary["stages"]] == [
+        ("a", "ok"),
+        ("b", "ok"),
+        ("c", "failed"),
+        ("d", "ok"),
+    ]
+    assert "exit code -9" in summary["stages"][2]["summary"]

@@ -405,3 +405,24 @@ def test_a_late_store_is_offloaded_only_after_its_confirmation(runs: dict[str, C
     assert n["first_store_seq"] > n["source_finished_seq"], "the report was not late"
     assert n["host_positions_stored"] == [0, 1, 2, 3] and n["harmed"] == []
     assert n["offloaded"] == ["claim:A"] and n["offloaded_seq"] > n["last_store_seq"]
+
+
+def test_the_engine_serves_on_one_torch_thread_unless_omp_num_threads_says_otherwise(
+    lane: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # vLLM's CPU worker hides torch.set_num_threads before its own reduction to 1 runs in-process
+    import torch
+
+    from kvclaims.lab.engine_lane import serve_on_one_thread
+
+    assert torch.get_num_threads() == 1
+    try:
+        torch._C.set_num_threads(2)
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")
+        serve_on_one_thread()
+        assert torch.get_num_threads() == 2  # the user's setting is kept
+        monkeypatch.delenv("OMP_NUM_THREADS")
+        serve_on_one_thread()
+        assert torch.get_num_threads() == 1
+    finally:
+        torch._C.set_num_threads(1)
