@@ -245,7 +245,7 @@ class EngineLane:
         run = self._require_run()
         self.arbiter.close()
         if self.capture is not None and run.kv_events_path is not None:
-            self.capture.stop()
+            self.capture.stop(self.scheduler.kv_event_publisher)
         self._run = None
         return run
 

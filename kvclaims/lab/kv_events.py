@@ -52,6 +52,8 @@ class KvEventCapture:
         self.frames = 0
         self.first_seq: int | None = None
         self.last_seq: int | None = None
+        self._received: int | None = None
+        """The seq of the last batch received, recorded or not."""
         self._last_arrival = time.monotonic()
         self._running = True
         self._thread = threading.Thread(target=self._receive, name="kvclaims-kv-events", daemon=True)
@@ -80,6 +82,7 @@ class KvEventCapture:
             seq = int.from_bytes(parts[1], "big")
             with self._lock:
                 self._last_arrival = time.monotonic()
+                self._received = seq
                 if self._file is not None:
                     self._file.write(_FRAME.pack(seq, len(parts[2])) + parts[2])
                     self.frames += 1
@@ -96,15 +99,29 @@ class KvEventCapture:
             self.frames = 0
             self.first_seq = self.last_seq = None
 
-    def stop(self, quiet_seconds: float = 0.15, timeout: float = 5.0) -> int:
-        """Stop writing once no batch arrived for `quiet_seconds` (the publisher sends from its
-        own thread, so the last batches of a run can trail it); returns frames written."""
+    def stop(self, publisher: Any = None, quiet_seconds: float = 0.15, timeout: float = 10.0) -> int:
+        """Stop writing once every batch of the run arrived (the publisher sends from its own
+        thread, so the last batches of a run trail it); returns frames written.
+
+        With vLLM's `ZmqEventPublisher` (`publisher`), exactly: once its queue is sent (every
+        batch is `task_done` after its send) and the last seq it sent has arrived here. Without
+        one, or one whose internals differ, once no batch arrived for `quiet_seconds`."""
         deadline = time.monotonic() + timeout
+        sent = _last_sent(publisher)
         while time.monotonic() < deadline:
-            with self._lock:
-                idle = time.monotonic() - self._last_arrival
-            if idle >= quiet_seconds:
-                break
+            if sent is not None:
+                queue, buffer = sent
+                with self._lock:
+                    received = self._received
+                if queue.unfinished_tasks == 0 and (
+                    not buffer or (received is not None and received >= buffer[-1][0])
+                ):
+                    break
+            else:
+                with self._lock:
+                    idle = time.monotonic() - self._last_arrival
+                if idle >= quiet_seconds:
+                    break
             time.sleep(quiet_seconds / 3)
         with self._lock:
             self._close_file()
@@ -122,6 +139,16 @@ class KvEventCapture:
             self._close_file()
         self._socket.close()
         self._context.term()
+
+
+def _last_sent(publisher: Any) -> tuple[Any, Any] | None:
+    """vLLM's ZmqEventPublisher's send queue and replay buffer of `(seq, payload)` (what it
+    sent, in order), or None for any other publisher."""
+    queue = getattr(publisher, "_event_queue", None)
+    buffer = getattr(publisher, "_buffer", None)
+    if queue is None or buffer is None or not hasattr(queue, "unfinished_tasks"):
+        return None
+    return queue, buffer
 
 
 @dataclass(frozen=True)
