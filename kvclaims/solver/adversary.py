@@ -21,7 +21,7 @@ Classes realise all 16 mutation kinds of seed 000 section 8.2 (`seed_kind`) and 
 
 from __future__ import annotations
 
-import copy
+import functools
 import hashlib
 import json
 import time
@@ -256,7 +256,7 @@ class Base:
     def knob(self, name: str, values: list[str]) -> Knob:
         self._knobs += 1
         var = self.job.int(f"knob{self._knobs}.{name}")
-        return Knob(name, var, tuple(values))
+        return Knob(name, var, tuple(values), var.get_id())
 
     def sites_of(self, obligation: Obligation, *, adapters_only: bool = False) -> list[int]:
         """Original sites of `obligation` that count in the positive row."""
@@ -291,6 +291,7 @@ class Knob:
     name: str
     var: z3.ArithRef
     values: tuple[str, ...]
+    var_id: int
 
     def domain(self) -> z3.BoolRef:
         return z3.And(self.var >= 0, self.var < len(self.values))
@@ -314,7 +315,7 @@ class When:
         return z3.And([z3.Or([knob.var == v for v in sorted(values)]) for knob, values in self.allowed])
 
     def holds(self, chosen: dict[int, int]) -> bool:
-        return all(chosen[knob.var.get_id()] in values for knob, values in self.allowed)
+        return all(chosen[knob.var_id] in values for knob, values in self.allowed)
 
 
 @dataclass
@@ -1053,7 +1054,7 @@ def mutants(base: Base, mutation: MutationClass) -> Iterator[Mutant]:
         model = solver.model()
         values = [model.eval(k.var, model_completion=True).as_long() for k in problem.knobs]
         solver.add(z3.Not(z3.And([k.var == value for k, value in zip(problem.knobs, values, strict=True)])))
-        chosen = {k.var.get_id(): value for k, value in zip(problem.knobs, values, strict=True)}
+        chosen = {k.var_id: value for k, value in zip(problem.knobs, values, strict=True)}
         document = base.d.decode_values(base.values(chosen, problem.overrides), base=base.row.descriptor)
         yield Mutant(
             mutation=mutation.id,
@@ -1206,23 +1207,34 @@ def _without_local_files(document: dict[str, Any]) -> dict[str, Any]:
     """The mutant as written: a local trace or artifact anchor counts only if its file exists
     next to the descriptor, and a written mutant is not next to the files its anchors name (the
     shipped evidence, or none for the solver's synthetic anchors). Such a path becomes a URL
-    that names it, so the written file is judged as the mutant was, by its mutation alone."""
-    written = copy.deepcopy(document)
-    items = [
-        *written.get("native", []),
-        *(item for adapter in written.get("adapters", []) for item in adapter.get("evidence", [])),
-        *written.get("observations", []),
-    ]
-    for item in items:
-        anchor = item.get("anchor")
-        if (
-            anchor
-            and anchor.get("kind") in OBSERVING_ANCHOR_KINDS
-            and anchor.get("path")
-            and not anchor.get("repository")
-        ):
-            anchor["url"] = f"not-shipped:{anchor.pop('path')}"
+    that names it, so the written file is judged as the mutant was, by its mutation alone.
+    (A copy of the parts that change; the rest is shared with `document`.)"""
+    written = dict(document)
+    for key in ("native", "observations"):
+        if key in written:
+            written[key] = [_item_without_local_file(item) for item in written[key]]
+    if "adapters" in written:
+        written["adapters"] = [
+            adapter | {"evidence": [_item_without_local_file(item) for item in adapter["evidence"]]}
+            if "evidence" in adapter
+            else adapter
+            for adapter in written["adapters"]
+        ]
     return written
+
+
+def _item_without_local_file(item: dict[str, Any]) -> dict[str, Any]:
+    anchor = item.get("anchor")
+    if (
+        anchor
+        and anchor.get("kind") in OBSERVING_ANCHOR_KINDS
+        and anchor.get("path")
+        and not anchor.get("repository")
+    ):
+        anchor = dict(anchor)
+        anchor["url"] = f"not-shipped:{anchor.pop('path')}"
+        return item | {"anchor": anchor}
+    return item
 
 
 def block_yaml(document: dict[str, Any]) -> str:
@@ -1235,13 +1247,20 @@ def block_yaml(document: dict[str, Any]) -> str:
 
 
 def _scalar(value: Any) -> str:
+    if type(value) is str:
+        return _quoted(value)
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
     if value is None:
         return "null"
-    text = str(value)
+    return _quoted(str(value))
+
+
+@functools.lru_cache(maxsize=4096)
+def _quoted(text: str) -> str:
+    """A string as a double-quoted scalar (mutants repeat the same few hundred strings)."""
     if '"' not in text and "\\" not in text and text.isprintable():
         return f'"{text}"'
     return json.dumps(text, ensure_ascii=False)

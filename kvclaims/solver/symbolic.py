@@ -460,8 +460,9 @@ def anchor_document(
     """An anchor (as a document) that has exactly `defect`; `None` for `absent`."""
     if defect is AnchorDefect.absent:
         return None
-    if template is not None and template.counts and fits_scope(template, scope):
-        base = dict(_template_document(template))
+    counting = None if template is None else _counting_template(template)
+    if counting is not None and fits_scope(template, scope):  # type: ignore[arg-type]
+        base = dict(counting)
     else:
         kind = _KIND_BY_SCOPE.get(scope, AnchorKind.trace)
         suffix = {"docs": "md", "source": "py", "artifact": "json", "trace": "jsonl"}[kind.value]
@@ -487,16 +488,19 @@ def anchor_document(
     return base
 
 
-_TEMPLATES: dict[int, tuple[Anchor, dict[str, Any]]] = {}
+_TEMPLATES: dict[int, tuple[Anchor, dict[str, Any] | None]] = {}
 
 
-def _template_document(template: Anchor) -> dict[str, Any]:
-    """A counting template anchor as a document, without its digest (cached per template:
-    `model_dump` per decoded mutant was a visible cost)."""
+def _counting_template(template: Anchor) -> dict[str, Any] | None:
+    """A template anchor as a document without its digest, `None` when it does not count
+    (cached per template, which is verified once when its descriptor is loaded: `counts` and
+    `model_dump` per decoded mutant were visible costs)."""
     cached = _TEMPLATES.get(id(template))
     if cached is None or cached[0] is not template:
-        document = template.model_dump(mode="json", exclude_defaults=True)
-        document.pop("sha256", None)
+        document = None
+        if template.counts:
+            document = template.model_dump(mode="json", exclude_defaults=True)
+            document.pop("sha256", None)
         cached = _TEMPLATES[id(template)] = (template, document)
     return cached[1]
 

@@ -37,8 +37,10 @@ class Terms:
         return ast
 
     def release(self) -> None:
-        """Drop the builder's hold on every term it made (terms still referenced live on)."""
-        for ast in self._held:
+        """Drop the builder's hold on every term it made (terms still referenced live on),
+        newest first: a list of z3py terms that dies frees them in that order, and the ids of
+        freed terms are reused by the next ones made."""
+        for ast in reversed(self._held):
             z3core.Z3_dec_ref(self._ref, ast)
         self._held.clear()
         self._numerals.clear()

@@ -79,3 +79,21 @@ def test_released_terms_live_on_in_z3py_references() -> None:
     solver.add(kept, x != 0, x != 1)
     assert solver.check() == z3.sat
     assert solver.model().eval(x).as_long() == 2
+
+
+def test_release_frees_unused_terms_in_the_order_z3py_does() -> None:
+    """Terms nothing else references are freed at release; the ids they free are reused by the
+    next terms made, so they must be freed in z3py's order (a dying list: newest first)."""
+    reference_job = Job()
+    x = reference_job.int("x")
+    unused = [x == 100 + k for k in range(4)]
+    del unused
+    reference_next = [x >= 200 + k for k in range(4)]
+    job = Job()
+    y = job.int("x")
+    t = Terms(job.ctx)
+    for k in range(4):
+        t.eq(y.as_ast(), 100 + k)
+    t.release()
+    made_next = [y >= 200 + k for k in range(4)]
+    assert [term.get_id() for term in made_next] == [term.get_id() for term in reference_next]
