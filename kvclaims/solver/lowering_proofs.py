@@ -116,9 +116,12 @@ def _prove(
     assumptions: Sequence[z3.BoolRef],
     pairs: Sequence[tuple[str, SymbolicDescriptor, SymbolicVerdict]],
     detail: dict[str, Any],
+    *,
+    finite_domain: bool = False,
 ) -> Outcome:
-    """`claim` holds under `assumptions`, or a decoded counterexample."""
-    solver = job.solver()
+    """`claim` holds under `assumptions`, or a decoded counterexample (`finite_domain`: decided
+    by `Job.finite_domain_solver`, for a claim where that is much faster)."""
+    solver = job.finite_domain_solver() if finite_domain else job.solver()
     solver.add(*assumptions)
     solver.add(z3.Not(claim))
     if decided(solver.check(), solver):
@@ -327,7 +330,8 @@ def _fail_closed_monotonicity(job: Job, facts: Facts) -> Outcome:
         *_weakening(facts, a, b),
     ]
     claim = z3.And(va.invalid == vb.invalid, z3.Implies(z3.Not(va.invalid), vb.label <= va.label))
-    return _prove(job, claim, assumptions, [("original", a, va), ("weakened", b, vb)], {})
+    # bit-blasted: a third of the SMT core's time on this two-descriptor claim
+    return _prove(job, claim, assumptions, [("original", a, va), ("weakened", b, vb)], {}, finite_domain=True)
 
 
 def _deeper_depth_never_downgrades(job: Job, facts: Facts) -> Outcome:
