@@ -56,6 +56,7 @@ from kvclaims.solver.symbolic import (
     defect_of,
     obligation_of,
 )
+from kvclaims.solver.terms import Ast, Terms
 from kvclaims.solver.z3env import DEFAULT_SEED, Job, any_of, decided
 from kvclaims.spec.tables import OBSERVING_ANCHOR_KINDS
 from kvclaims.spec.vocabulary import (
@@ -222,21 +223,26 @@ class Base:
         """`terms` with every descriptor variable replaced by its base value, or, where
         overridden, by the chain of its overrides (the last matching one wins) over the knobs.
         What remains is a formula over the knobs alone, so each class's search is small.
-        (`z3.substitute` checks every pair in Python; the C call with prebuilt arrays does not.)"""
+        (`z3.substitute` checks every pair in Python; the C call with prebuilt arrays does not.
+        The chains are built by `Terms` and held by z3py references in the same lists as when
+        z3py built them, so the terms freed on return are freed in the same order.)"""
         count = len(self.variables)
         sources, targets = (z3.Ast * count)(), (z3.Ast * count)()
+        ctx = self.job.ctx
+        t = Terms(ctx)
         alive = []
-        conditions: dict[int, z3.BoolRef] = {}
+        conditions: dict[int, z3.ExprRef] = {}
         for k, (var, var_id) in enumerate(self.variables):
             value: z3.ExprRef = self.constants[var_id]
             for condition, replacement in overrides.by_var.get(var_id, []):
                 term = conditions.get(id(condition))
                 if term is None:
-                    term = conditions[id(condition)] = condition.term()
-                value = z3.If(term, _constant(self.job, replacement), value)
+                    term = conditions[id(condition)] = t.bool_ref(condition.build(t))
+                chained = t.ite(term.as_ast(), _constant_term(t, replacement), value.as_ast())
+                value = z3.ExprRef(chained, ctx)
             alive.append(value)
             sources[k], targets[k] = var.as_ast(), value.as_ast()
-        ctx = self.job.ctx
+        t.release()
         found = []
         for term in terms:
             replaced = z3.Z3_substitute(ctx.ref(), term.as_ast(), count, sources, targets)
@@ -284,6 +290,15 @@ def _constant(job: Job, value: Value) -> z3.ExprRef:
     return z3.BoolVal(value, job.ctx) if isinstance(value, bool) else z3.IntVal(value, job.ctx)
 
 
+def _constant_term(t: Terms, value: Value) -> Ast:
+    """`_constant` made by `Terms` (the same term)."""
+    if isinstance(value, z3.ExprRef):
+        return value.as_ast()
+    if isinstance(value, bool):
+        return t.true() if value else t.false()
+    return t.num(value)
+
+
 @dataclass(frozen=True)
 class Knob:
     """One dimension of a class's view: an integer variable and the name of each value."""
@@ -312,7 +327,17 @@ class When:
         return When(self.allowed + other.allowed)
 
     def term(self) -> z3.BoolRef:
-        return z3.And([z3.Or([knob.var == v for v in sorted(values)]) for knob, values in self.allowed])
+        t = Terms(self.allowed[0][0].var.ctx)
+        try:
+            return t.bool_ref(self.build(t))
+        finally:
+            t.release()
+
+    def build(self, t: Terms) -> Ast:
+        """`term()` as a raw term of `t` (as z3py's `And` of `Or`s of equalities builds it)."""
+        return t.and_(
+            [t.or_([t.eq(knob.var.as_ast(), v) for v in sorted(values)]) for knob, values in self.allowed]
+        )
 
     def holds(self, chosen: dict[int, int]) -> bool:
         return all(chosen[knob.var_id] in values for knob, values in self.allowed)
