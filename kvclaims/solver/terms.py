@@ -92,6 +92,10 @@ class Terms:
         a, b = self._operand(a), self._operand(b)
         return self._keep(z3core.Z3_mk_gt(self._ref, a, b))
 
+    def le(self, a: Operand, b: Operand) -> Ast:
+        a, b = self._operand(a), self._operand(b)
+        return self._keep(z3core.Z3_mk_le(self._ref, a, b))
+
     def lt(self, a: Operand, b: Operand) -> Ast:
         a, b = self._operand(a), self._operand(b)
         return self._keep(z3core.Z3_mk_lt(self._ref, a, b))
