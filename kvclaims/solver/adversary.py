@@ -21,7 +21,7 @@ Classes realise all 16 mutation kinds of seed 000 section 8.2 (`seed_kind`) and 
 
 from __future__ import annotations
 
-import copy
+import functools
 import hashlib
 import json
 import time
@@ -56,6 +56,7 @@ from kvclaims.solver.symbolic import (
     defect_of,
     obligation_of,
 )
+from kvclaims.solver.terms import Ast, Terms
 from kvclaims.solver.z3env import DEFAULT_SEED, Job, any_of, decided
 from kvclaims.spec.tables import OBSERVING_ANCHOR_KINDS
 from kvclaims.spec.vocabulary import (
@@ -222,21 +223,26 @@ class Base:
         """`terms` with every descriptor variable replaced by its base value, or, where
         overridden, by the chain of its overrides (the last matching one wins) over the knobs.
         What remains is a formula over the knobs alone, so each class's search is small.
-        (`z3.substitute` checks every pair in Python; the C call with prebuilt arrays does not.)"""
+        (`z3.substitute` checks every pair in Python; the C call with prebuilt arrays does not.
+        The chains are built by `Terms` and held by z3py references in the same lists as when
+        z3py built them, so the terms freed on return are freed in the same order.)"""
         count = len(self.variables)
         sources, targets = (z3.Ast * count)(), (z3.Ast * count)()
+        ctx = self.job.ctx
+        t = Terms(ctx)
         alive = []
-        conditions: dict[int, z3.BoolRef] = {}
+        conditions: dict[int, z3.ExprRef] = {}
         for k, (var, var_id) in enumerate(self.variables):
             value: z3.ExprRef = self.constants[var_id]
             for condition, replacement in overrides.by_var.get(var_id, []):
                 term = conditions.get(id(condition))
                 if term is None:
-                    term = conditions[id(condition)] = condition.term()
-                value = z3.If(term, _constant(self.job, replacement), value)
+                    term = conditions[id(condition)] = t.bool_ref(condition.build(t))
+                chained = t.ite(term.as_ast(), _constant_term(t, replacement), value.as_ast())
+                value = z3.ExprRef(chained, ctx)
             alive.append(value)
             sources[k], targets[k] = var.as_ast(), value.as_ast()
-        ctx = self.job.ctx
+        t.release()
         found = []
         for term in terms:
             replaced = z3.Z3_substitute(ctx.ref(), term.as_ast(), count, sources, targets)
@@ -256,7 +262,7 @@ class Base:
     def knob(self, name: str, values: list[str]) -> Knob:
         self._knobs += 1
         var = self.job.int(f"knob{self._knobs}.{name}")
-        return Knob(name, var, tuple(values))
+        return Knob(name, var, tuple(values), var.get_id())
 
     def sites_of(self, obligation: Obligation, *, adapters_only: bool = False) -> list[int]:
         """Original sites of `obligation` that count in the positive row."""
@@ -284,6 +290,15 @@ def _constant(job: Job, value: Value) -> z3.ExprRef:
     return z3.BoolVal(value, job.ctx) if isinstance(value, bool) else z3.IntVal(value, job.ctx)
 
 
+def _constant_term(t: Terms, value: Value) -> Ast:
+    """`_constant` made by `Terms` (the same term)."""
+    if isinstance(value, z3.ExprRef):
+        return value.as_ast()
+    if isinstance(value, bool):
+        return t.true() if value else t.false()
+    return t.num(value)
+
+
 @dataclass(frozen=True)
 class Knob:
     """One dimension of a class's view: an integer variable and the name of each value."""
@@ -291,6 +306,7 @@ class Knob:
     name: str
     var: z3.ArithRef
     values: tuple[str, ...]
+    var_id: int
 
     def domain(self) -> z3.BoolRef:
         return z3.And(self.var >= 0, self.var < len(self.values))
@@ -311,10 +327,20 @@ class When:
         return When(self.allowed + other.allowed)
 
     def term(self) -> z3.BoolRef:
-        return z3.And([z3.Or([knob.var == v for v in sorted(values)]) for knob, values in self.allowed])
+        t = Terms(self.allowed[0][0].var.ctx)
+        try:
+            return t.bool_ref(self.build(t))
+        finally:
+            t.release()
+
+    def build(self, t: Terms) -> Ast:
+        """`term()` as a raw term of `t` (as z3py's `And` of `Or`s of equalities builds it)."""
+        return t.and_(
+            [t.or_([t.eq(knob.var.as_ast(), v) for v in sorted(values)]) for knob, values in self.allowed]
+        )
 
     def holds(self, chosen: dict[int, int]) -> bool:
-        return all(chosen[knob.var.get_id()] in values for knob, values in self.allowed)
+        return all(chosen[knob.var_id] in values for knob, values in self.allowed)
 
 
 @dataclass
@@ -1053,7 +1079,7 @@ def mutants(base: Base, mutation: MutationClass) -> Iterator[Mutant]:
         model = solver.model()
         values = [model.eval(k.var, model_completion=True).as_long() for k in problem.knobs]
         solver.add(z3.Not(z3.And([k.var == value for k, value in zip(problem.knobs, values, strict=True)])))
-        chosen = {k.var.get_id(): value for k, value in zip(problem.knobs, values, strict=True)}
+        chosen = {k.var_id: value for k, value in zip(problem.knobs, values, strict=True)}
         document = base.d.decode_values(base.values(chosen, problem.overrides), base=base.row.descriptor)
         yield Mutant(
             mutation=mutation.id,
@@ -1206,23 +1232,34 @@ def _without_local_files(document: dict[str, Any]) -> dict[str, Any]:
     """The mutant as written: a local trace or artifact anchor counts only if its file exists
     next to the descriptor, and a written mutant is not next to the files its anchors name (the
     shipped evidence, or none for the solver's synthetic anchors). Such a path becomes a URL
-    that names it, so the written file is judged as the mutant was, by its mutation alone."""
-    written = copy.deepcopy(document)
-    items = [
-        *written.get("native", []),
-        *(item for adapter in written.get("adapters", []) for item in adapter.get("evidence", [])),
-        *written.get("observations", []),
-    ]
-    for item in items:
-        anchor = item.get("anchor")
-        if (
-            anchor
-            and anchor.get("kind") in OBSERVING_ANCHOR_KINDS
-            and anchor.get("path")
-            and not anchor.get("repository")
-        ):
-            anchor["url"] = f"not-shipped:{anchor.pop('path')}"
+    that names it, so the written file is judged as the mutant was, by its mutation alone.
+    (A copy of the parts that change; the rest is shared with `document`.)"""
+    written = dict(document)
+    for key in ("native", "observations"):
+        if key in written:
+            written[key] = [_item_without_local_file(item) for item in written[key]]
+    if "adapters" in written:
+        written["adapters"] = [
+            adapter | {"evidence": [_item_without_local_file(item) for item in adapter["evidence"]]}
+            if "evidence" in adapter
+            else adapter
+            for adapter in written["adapters"]
+        ]
     return written
+
+
+def _item_without_local_file(item: dict[str, Any]) -> dict[str, Any]:
+    anchor = item.get("anchor")
+    if (
+        anchor
+        and anchor.get("kind") in OBSERVING_ANCHOR_KINDS
+        and anchor.get("path")
+        and not anchor.get("repository")
+    ):
+        anchor = dict(anchor)
+        anchor["url"] = f"not-shipped:{anchor.pop('path')}"
+        return item | {"anchor": anchor}
+    return item
 
 
 def block_yaml(document: dict[str, Any]) -> str:
@@ -1235,13 +1272,20 @@ def block_yaml(document: dict[str, Any]) -> str:
 
 
 def _scalar(value: Any) -> str:
+    if type(value) is str:
+        return _quoted(value)
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
     if value is None:
         return "null"
-    text = str(value)
+    return _quoted(str(value))
+
+
+@functools.lru_cache(maxsize=4096)
+def _quoted(text: str) -> str:
+    """A string as a double-quoted scalar (mutants repeat the same few hundred strings)."""
     if '"' not in text and "\\" not in text and text.isprintable():
         return f'"{text}"'
     return json.dumps(text, ensure_ascii=False)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import z3
 
+from kvclaims.solver.terms import Terms
 from kvclaims.solver.z3env import any_of
 from kvclaims.statemachine.lifecycle import ALL_PROFILES, TRANSITIONS, ClaimProfile, Event, Guard, Phase
 from kvclaims.statemachine.requests import REQUEST_TRANSITIONS, RequestEvent, RequestPhase
@@ -35,7 +36,12 @@ def profile_has(profile: z3.ArithRef, trait: str) -> z3.BoolRef:
 
 def guard_holds(profile: z3.ArithRef, guard: Guard) -> z3.BoolRef:
     """`profile` admits `guard`, as decided by `ClaimProfile.admits` for each profile."""
-    return any_of(profile.ctx, [profile == i for i, p in enumerate(PROFILES) if p.admits(guard)])
+    return any_of(profile.ctx, [profile == i for i in admitting(guard)])
+
+
+def admitting(guard: Guard) -> list[int]:
+    """The indices of the profiles that admit `guard`."""
+    return [i for i, p in enumerate(PROFILES) if p.admits(guard)]
 
 
 def valid_profile(profile: z3.ArithRef) -> z3.BoolRef:
@@ -51,20 +57,24 @@ class ClaimStep:
 
 
 def claim_step(profile: z3.ArithRef, phase: z3.ArithRef, event: z3.ArithRef) -> ClaimStep:
-    """`step(profile, phase, event)` of the Python machine, as Z3 terms."""
-    ctx = phase.ctx
-    legal_terms = []
-    target: z3.ArithRef = phase
-    for transition in reversed(TRANSITIONS):
-        fires = z3.And(
-            phase == PHASES.index(transition.source),
-            event == EVENTS.index(transition.event),
-            guard_holds(profile, transition.guard),
-        )
-        legal_terms.append(fires)
-        goes_to = phase if transition.target is None else z3.IntVal(PHASES.index(transition.target), ctx)
-        target = z3.If(fires, goes_to, target)
-    return ClaimStep(any_of(ctx, legal_terms), target)
+    """`step(profile, phase, event)` of the Python machine, as Z3 terms (built by `Terms`: the
+    terms z3py's operators build, faster; the BMC proofs build this relation once per step)."""
+    t = Terms(phase.ctx)
+    try:
+        profile_, phase_, event_ = profile.as_ast(), phase.as_ast(), event.as_ast()
+        legal_terms = []
+        target = phase_
+        for transition in reversed(TRANSITIONS):
+            source = t.eq(phase_, PHASES.index(transition.source))
+            on = t.eq(event_, EVENTS.index(transition.event))
+            admitted = t.any_of([t.eq(profile_, i) for i in admitting(transition.guard)])
+            fires = t.and_([source, on, admitted])
+            legal_terms.append(fires)
+            goes_to = phase_ if transition.target is None else t.num(PHASES.index(transition.target))
+            target = t.ite(fires, goes_to, target)
+        return ClaimStep(t.bool_ref(t.any_of(legal_terms)), t.int_ref(target))
+    finally:
+        t.release()
 
 
 def claim_step_for(profile: ClaimProfile, phase: z3.ArithRef, event: Event) -> ClaimStep:

@@ -45,7 +45,7 @@ from kvclaims.solver.symbolic import (
     SymbolicDescriptor,
     obligation_of,
 )
-from kvclaims.solver.z3env import all_of, any_of
+from kvclaims.solver.terms import Ast, Terms
 from kvclaims.spec.verdict import LoweringRule
 from kvclaims.spec.vocabulary import (
     AdapterDepth,
@@ -146,151 +146,169 @@ class ConcreteVerdict:
 
 
 def judge(d: SymbolicDescriptor, facts: Facts) -> SymbolicVerdict:
-    """The lowering judgment of the row of `d` under `facts` (see the module docstring)."""
-    ctx = d.job.ctx
+    """The lowering judgment of the row of `d` under `facts` (see the module docstring).
+
+    Built with `Terms` (direct C calls: the terms z3py's operators would build, in the same
+    order), since building it was most of the time of a lowering proof."""
+    t = Terms(d.job.ctx)
+    try:
+        return _judge(t, d, facts)
+    finally:
+        t.release()
+
+
+def _judge(t: Terms, d: SymbolicDescriptor, facts: Facts) -> SymbolicVerdict:
     layout = d.layout
+    mode, depth = d.mode.as_ast(), d.depth.as_ast()
+    evidence = [
+        (ev.present.as_ast(), ev.status.as_ast(), ev.scope.as_ast(), ev.defect.as_ast()) for ev in d.evidence
+    ]
+    signals = {s: var.as_ast() for s, var in d.signals.items()}
+    inferred = {o: var.as_ast() for o, var in d.inferred.items()}
 
-    def num(value: int) -> z3.IntNumRef:
-        return z3.IntVal(value, ctx)
-
-    def mode_in(modes: Iterable[ProtectionMode]) -> z3.BoolRef:
+    def mode_in(modes: Iterable[ProtectionMode]) -> Ast:
         chosen = set(modes)  # iterate in MODES order: set order varies between processes
-        return any_of(ctx, [d.mode == index for index, m in enumerate(MODES) if m in chosen])
+        return t.any_of([t.eq(mode, index) for index, m in enumerate(MODES) if m in chosen])
 
-    def scope_in(var: z3.ArithRef, scopes: Iterable[EvidenceScope]) -> z3.BoolRef:
-        return any_of(ctx, [var == SCOPES.index(s) for s in sorted(scopes)])
+    def scope_in(var: Ast, scopes: Iterable[EvidenceScope]) -> Ast:
+        return t.any_of([t.eq(var, SCOPES.index(s)) for s in sorted(scopes)])
 
     supported = STATUSES.index(EvidenceStatus.supported)
     anchored = DEFECTS.index(AnchorDefect.ok)
     telemetry = AdapterDepth.telemetry_join
 
     joins_hold = [
-        all_of(ctx, [d.preconditions[index][p] for p in sorted(facts.telemetry_join_preconditions)])
+        t.all_of([d.preconditions[index][p].as_ast() for p in sorted(facts.telemetry_join_preconditions)])
         for index in range(len(layout.adapters))
     ]
     obligations = [obligation_of(site.name, facts) for site in layout.evidence]
+    slots = [layout.slot(site) for site in layout.evidence]
     groups: dict[tuple[Obligation, AdapterDepth], list[int]] = defaultdict(list)
-    for index, site in enumerate(layout.evidence):
-        groups[(obligations[index], layout.slot(site))].append(index)
+    for index in range(len(layout.evidence)):
+        groups[(obligations[index], slots[index])].append(index)
 
-    contradicted: dict[tuple[Obligation, AdapterDepth], z3.BoolRef] = {}
+    contradicted: dict[tuple[Obligation, AdapterDepth], Ast] = {}
     for key, members in groups.items():
-        pairs = [
-            z3.And(d.evidence[i].present, d.evidence[j].present, d.evidence[i].status != d.evidence[j].status)
-            for n, i in enumerate(members)
-            for j in members[n + 1 :]
-        ]
-        contradicted[key] = any_of(ctx, pairs)
+        pairs = []
+        for n, i in enumerate(members):
+            for j in members[n + 1 :]:
+                differ = t.ne(evidence[i][1], evidence[j][1])
+                pairs.append(t.and_([evidence[i][0], evidence[j][0], differ]))
+        contradicted[key] = t.any_of(pairs)
 
-    admissible: list[z3.BoolRef] = []
-    counting: list[z3.BoolRef] = []
+    admissible: list[Ast] = []
+    counting: list[Ast] = []
     for index, site in enumerate(layout.evidence):
-        ev, obligation, slot = d.evidence[index], obligations[index], layout.slot(site)
-        conditions = [
-            ev.present,
-            ev.status == supported,
-            ev.defect == anchored,
-            z3.Not(contradicted[(obligation, slot)]),
-        ]
+        (present, status, scope, defect), obligation, slot = evidence[index], obligations[index], slots[index]
+        conditions = [present, t.eq(status, supported), t.eq(defect, anchored)]
+        conditions.append(t.not_(contradicted[(obligation, slot)]))
         if slot is not NATIVE:
-            conditions.append(d.depth >= DEPTHS.index(slot))
-            conditions.append(scope_in(ev.scope, facts.runtime_scopes))
+            conditions.append(t.ge(depth, DEPTHS.index(slot)))
+            conditions.append(scope_in(scope, facts.runtime_scopes))
         if obligation in facts.enforcement_obligations:
-            conditions.append(scope_in(ev.scope, facts.observed_scopes))
+            conditions.append(scope_in(scope, facts.observed_scopes))
         if slot is telemetry:
             assert site.adapter is not None
             conditions.append(joins_hold[site.adapter])
-        admissible.append(all_of(ctx, conditions))
+        admissible.append(t.all_of(conditions))
         allowed_here = obligation in facts.depth_supplies[slot]
-        counting.append(admissible[-1] if allowed_here else z3.BoolVal(False, ctx))
+        counting.append(admissible[-1] if allowed_here else t.false())
 
     in_bundle = {o: mode_in(m for m in MODES if o in facts.mode_bundles[m]) for o in OBLIGATIONS}
-    supplied: dict[Obligation, z3.BoolRef] = {}
-    supplied_rank: dict[Obligation, z3.ArithRef] = {}
-    supplied_scope: dict[Obligation, z3.ArithRef] = {}
+    supplied: dict[Obligation, Ast] = {}
+    supplied_rank: dict[Obligation, Ast] = {}
+    supplied_scope: dict[Obligation, Ast] = {}
     for obligation in OBLIGATIONS:
         sites = [i for i in range(len(layout.evidence)) if obligations[i] == obligation]
-        supplied[obligation] = any_of(ctx, [counting[i] for i in sites])
-        rank: z3.ArithRef = num(-1)
-        for depth in reversed(DEPTHS):
-            at_depth = [i for i in sites if layout.slot(layout.evidence[i]) is depth]
+        supplied[obligation] = t.any_of([counting[i] for i in sites])
+        rank = t.num(-1)
+        for depth_value in reversed(DEPTHS):
+            at_depth = [i for i in sites if slots[i] is depth_value]
             if at_depth:
-                rank = z3.If(any_of(ctx, [counting[i] for i in at_depth]), num(DEPTHS.index(depth)), rank)
+                rank = t.ite(
+                    t.any_of([counting[i] for i in at_depth]), t.num(DEPTHS.index(depth_value)), rank
+                )
         supplied_rank[obligation] = rank
-        scope: z3.ArithRef = num(-1)  # the shallowest slot, then the first scope in SCOPES order
-        for depth in reversed(DEPTHS):
-            at_depth = [i for i in sites if layout.slot(layout.evidence[i]) is depth]
+        chosen_scope = t.num(-1)  # the shallowest slot, then the first scope in SCOPES order
+        for depth_value in reversed(DEPTHS):
+            at_depth = [i for i in sites if slots[i] is depth_value]
             for k in reversed(range(len(SCOPES))) if at_depth else ():
-                found = any_of(ctx, [z3.And(counting[i], d.evidence[i].scope == k) for i in at_depth])
-                scope = z3.If(found, num(k), scope)
-        supplied_scope[obligation] = scope
+                found = t.any_of([t.and_([counting[i], t.eq(evidence[i][2], k)]) for i in at_depth])
+                chosen_scope = t.ite(found, t.num(k), chosen_scope)
+        supplied_scope[obligation] = chosen_scope
 
-    missing = {o: z3.And(in_bundle[o], z3.Not(supplied[o])) for o in OBLIGATIONS}
-    missing_atoms: dict[ObservationAtom, z3.BoolRef] = {}
+    missing = {o: t.and_([in_bundle[o], t.not_(supplied[o])]) for o in OBLIGATIONS}
+    missing_atoms: dict[ObservationAtom, Ast] = {}
     for atom in sorted({a for atoms in facts.mode_required_atoms.values() for a in atoms}):
-        observed = any_of(
-            ctx,
+        observed = t.any_of(
             [
-                z3.And(ob.present, ob.defect == anchored, scope_in(ob.scope, facts.observed_scopes))
+                t.and_(
+                    [
+                        ob.present.as_ast(),
+                        t.eq(ob.defect.as_ast(), anchored),
+                        scope_in(ob.scope.as_ast(), facts.observed_scopes),
+                    ]
+                )
                 for site, ob in zip(layout.observations, d.observations, strict=True)
                 if site.atom is atom
-            ],
+            ]
         )
         required = mode_in(m for m in MODES if atom in facts.mode_required_atoms[m])
-        missing_atoms[atom] = z3.And(required, z3.Not(observed))
+        missing_atoms[atom] = t.and_([required, t.not_(observed)])
     for atom in ObservationAtom:
-        missing_atoms.setdefault(atom, z3.BoolVal(False, ctx))
+        missing_atoms.setdefault(atom, t.false())
 
-    lower_holds = z3.Not(any_of(ctx, [*missing.values(), *missing_atoms.values()]))
-    all_native = all_of(ctx, [z3.Implies(in_bundle[o], supplied_rank[o] == 0) for o in OBLIGATIONS])
-    suggested = any_of(ctx, [z3.And(d.signals[s], mode_in(facts.signal_suggests_modes[s])) for s in SIGNALS])
+    lower_holds = t.not_(t.any_of([*missing.values(), *missing_atoms.values()]))
+    all_native = t.all_of([t.implies(in_bundle[o], t.eq(supplied_rank[o], 0)) for o in OBLIGATIONS])
+    suggested = t.any_of([t.and_([signals[s], mode_in(facts.signal_suggests_modes[s])]) for s in SIGNALS])
 
-    def label(value: Label) -> z3.IntNumRef:
-        return num(LABELS.index(value))
+    # numerals are made where z3py made them (as arguments, before the term that uses them)
+    def label(value: Label) -> Ast:
+        return t.num(LABELS.index(value))
 
-    def rule(value: Rule) -> z3.IntNumRef:
-        return num(RULES.index(value))
+    def rule(value: Rule) -> Ast:
+        return t.num(RULES.index(value))
 
-    ladder_label = z3.If(
+    def subtype(value: LabelSubtype) -> Ast:
+        return t.num(SUBTYPES.index(value))
+
+    ladder_label = t.ite(
         lower_holds,
-        z3.If(all_native, label(Label.native_sound), label(Label.sound_with_adapter)),
-        z3.If(suggested, label(Label.approximate), label(Label.unknown)),
+        t.ite(all_native, label(Label.native_sound), label(Label.sound_with_adapter)),
+        t.ite(suggested, label(Label.approximate), label(Label.unknown)),
     )
-    ladder_rule = z3.If(
+    ladder_rule = t.ite(
         lower_holds,
-        z3.If(all_native, rule(Rule.lower_holds_natively), rule(Rule.lower_holds_with_adapter)),
-        z3.If(suggested, rule(Rule.approximation_signals_never_satisfy), rule(Rule.no_approximation_signal)),
+        t.ite(all_native, rule(Rule.lower_holds_natively), rule(Rule.lower_holds_with_adapter)),
+        t.ite(suggested, rule(Rule.approximation_signals_never_satisfy), rule(Rule.no_approximation_signal)),
     )
     ladder_sound = lower_holds
 
     backend_patch = DEPTHS.index(AdapterDepth.backend_patch)
     pressured = SCOPES.index(EvidenceScope.controlled_pressure)
-    by_backend_patch = any_of(
-        ctx, [z3.And(in_bundle[o], supplied_rank[o] == backend_patch) for o in OBLIGATIONS]
+    by_backend_patch = t.any_of(
+        [t.and_([in_bundle[o], t.eq(supplied_rank[o], backend_patch)]) for o in OBLIGATIONS]
     )
-    enforcement_by_adapter = any_of(
-        ctx,
+    enforcement_by_adapter = t.any_of(
         [
-            z3.And(in_bundle[o], supplied_rank[o] > 0)
+            t.and_([in_bundle[o], t.gt(supplied_rank[o], 0)])
             for o in OBLIGATIONS
             if o in facts.enforcement_obligations
-        ],
+        ]
     )
-    under_pressure = z3.Or(
-        mode_in(m for m in MODES if facts.mode_required_atoms[m]),
-        any_of(ctx, [z3.And(in_bundle[o], supplied_scope[o] == pressured) for o in OBLIGATIONS]),
+    under_pressure = t.or_(
+        [
+            mode_in(m for m in MODES if facts.mode_required_atoms[m]),
+            t.any_of([t.and_([in_bundle[o], t.eq(supplied_scope[o], pressured)]) for o in OBLIGATIONS]),
+        ]
     )
-
-    def subtype(value: LabelSubtype) -> z3.IntNumRef:
-        return num(SUBTYPES.index(value))
-
-    adapter_subtype = z3.If(
+    adapter_subtype = t.ite(
         by_backend_patch,
         subtype(LabelSubtype.backend_patch_witness),
-        z3.If(
+        t.ite(
             enforcement_by_adapter,
             subtype(LabelSubtype.adapter_enforcement),
-            z3.If(
+            t.ite(
                 under_pressure,
                 subtype(LabelSubtype.adapter_policy_under_pressure),
                 subtype(LabelSubtype.adapter_observational),
@@ -298,76 +316,80 @@ def judge(d: SymbolicDescriptor, facts: Facts) -> SymbolicVerdict:
         ),
     )
 
-    def signal_present(var: z3.ArithRef) -> z3.BoolRef:
-        return any_of(ctx, [z3.And(var == k, d.signals[s]) for k, s in enumerate(SIGNALS)])
+    def signal_present(var: Ast) -> Ast:
+        return t.any_of([t.and_([t.eq(var, k), signals[s]]) for k, s in enumerate(SIGNALS)])
 
-    def inference_is(obligation: Obligation, verdict: Label) -> z3.BoolRef:
-        return any_of(
-            ctx,
+    def inference_is(obligation: Obligation, verdict: Label) -> Ast:
+        return t.any_of(
             [
-                d.inferred[obligation] == SIGNALS.index(s)
+                t.eq(inferred[obligation], SIGNALS.index(s))
                 for (s, o), (found, _) in sorted(facts.inference_verdicts.items())
                 if o == obligation and found is verdict
-            ],
+            ]
         )
 
-    invalid = z3.BoolVal(False, ctx)
-    invalid_rule: z3.ArithRef = num(-1)
+    invalid = t.false()
+    invalid_rule = t.num(-1)
     for obligation in reversed(OBLIGATIONS):
-        var = d.inferred[obligation]
-        cites_absent = z3.And(var != NO_INFERENCE, z3.Not(signal_present(var)))
+        var = inferred[obligation]
+        inferring = t.ne(var, NO_INFERENCE)
+        cites_absent = t.and_([inferring, t.not_(signal_present(var))])
         impossible = inference_is(obligation, Label.invalid)
-        this = z3.Or(cites_absent, impossible)
-        invalid = z3.Or(this, invalid)
-        invalid_rule = z3.If(
+        this = t.or_([cites_absent, impossible])
+        invalid = t.or_([this, invalid])
+        invalid_rule = t.ite(
             this,
-            z3.If(cites_absent, rule(Rule.inference_cites_absent_primitive), rule(Rule.impossible_inference)),
+            t.ite(cites_absent, rule(Rule.inference_cites_absent_primitive), rule(Rule.impossible_inference)),
             invalid_rule,
         )
 
-    forbidden = any_of(
-        ctx,
+    forbidden = t.any_of(
         [
-            z3.And(d.mode == MODES.index(m), d.signals[s])
+            t.and_([t.eq(mode, MODES.index(m)), signals[s]])
             for (m, s) in sorted(facts.global_forbidden_lowerings)
         ]
-        + [z3.And(var, d.mode == MODES.index(m), d.signals[s]) for (m, s), var in d.forbidden.items()],
+        + [
+            t.and_([var.as_ast(), t.eq(mode, MODES.index(m)), signals[s]])
+            for (m, s), var in d.forbidden.items()
+        ]
     )
-    misattributed = any_of(ctx, [inference_is(o, Label.rejected) for o in OBLIGATIONS])
-    critical = any_of(
-        ctx,
+    misattributed = t.any_of([inference_is(o, Label.rejected) for o in OBLIGATIONS])
+    critical = t.any_of(
         [
-            z3.And(missing[o], mode_in(m for m in MODES if o in facts.enforcement_critical[m]))
+            t.and_([missing[o], mode_in(m for m in MODES if o in facts.enforcement_critical[m])])
             for o in OBLIGATIONS
-        ],
+        ]
     )
-    rejected = z3.Or(forbidden, misattributed, critical)
-    rejection_rule = z3.If(
+    rejected = t.or_([forbidden, misattributed, critical])
+    rejection_rule = t.ite(
         forbidden,
         rule(Rule.forbidden_lowering),
-        z3.If(misattributed, rule(Rule.misattributed_inference), rule(Rule.enforcement_critical_missing)),
+        t.ite(misattributed, rule(Rule.misattributed_inference), rule(Rule.enforcement_critical_missing)),
     )
 
-    final_label = z3.If(
+    final_label = t.ite(
         invalid,
         label(Label.invalid),
-        z3.If(z3.And(z3.Not(ladder_sound), rejected), label(Label.rejected), ladder_label),
+        t.ite(t.and_([t.not_(ladder_sound), rejected]), label(Label.rejected), ladder_label),
     )
-    final_rule = z3.If(
-        invalid, invalid_rule, z3.If(z3.And(z3.Not(ladder_sound), rejected), rejection_rule, ladder_rule)
+    final_rule = t.ite(
+        invalid, invalid_rule, t.ite(t.and_([t.not_(ladder_sound), rejected]), rejection_rule, ladder_rule)
     )
-    final_subtype = z3.If(final_label == label(Label.sound_with_adapter), adapter_subtype, num(NO_SUBTYPE))
+    # z3py compared `label == final_label`: Python tries the reflected `==` of a subclass first
+    final_subtype = t.ite(
+        t.eq(label(Label.sound_with_adapter), final_label), adapter_subtype, t.num(NO_SUBTYPE)
+    )
     return SymbolicVerdict(
-        label=final_label,
-        subtype=final_subtype,
-        rule=final_rule,
-        missing=missing,
-        missing_atoms=missing_atoms,
-        supplied=supplied,
-        supplied_rank=supplied_rank,
-        counting=counting,
-        admissible=admissible,
-        in_bundle=in_bundle,
-        lower_holds=lower_holds,
-        invalid=invalid,
+        label=t.int_ref(final_label),
+        subtype=t.int_ref(final_subtype),
+        rule=t.int_ref(final_rule),
+        missing={o: t.bool_ref(term) for o, term in missing.items()},
+        missing_atoms={a: t.bool_ref(term) for a, term in missing_atoms.items()},
+        supplied={o: t.bool_ref(term) for o, term in supplied.items()},
+        supplied_rank={o: t.int_ref(term) for o, term in supplied_rank.items()},
+        counting=[t.bool_ref(term) for term in counting],
+        admissible=[t.bool_ref(term) for term in admissible],
+        in_bundle={o: t.bool_ref(term) for o, term in in_bundle.items()},
+        lower_holds=t.bool_ref(lower_holds),
+        invalid=t.bool_ref(invalid),
     )

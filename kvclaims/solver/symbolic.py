@@ -30,6 +30,7 @@ from typing import Any
 import z3
 
 from kvclaims.solver.facts import Facts
+from kvclaims.solver.terms import Ast, Terms
 from kvclaims.solver.z3env import Job, all_of
 from kvclaims.spec._types import is_blank
 from kvclaims.spec.descriptor import Descriptor
@@ -240,29 +241,40 @@ class SymbolicDescriptor:
     def well_formed(self) -> z3.BoolRef:
         """Domains, a canonical value for every absent site (so distinct models are distinct
         descriptors), and the descriptor validator's rule that a forbidden lowering names a
-        present signal."""
-        ctx = self.job.ctx
-        terms: list[z3.BoolRef] = [_in_range(self.mode, MODES), _in_range(self.depth, DEPTHS)]
+        present signal. (Built by `Terms`: the same terms as z3py's operators, faster.)"""
+        t = Terms(self.job.ctx)
+        try:
+            return t.bool_ref(self._well_formed(t))
+        finally:
+            t.release()
+
+    def _well_formed(self, t: Terms) -> Ast:
+        terms = [
+            t.in_range(self.mode.as_ast(), 0, len(MODES)),
+            t.in_range(self.depth.as_ast(), 0, len(DEPTHS)),
+        ]
         for ev in self.evidence:
+            status, scope, defect = ev.status.as_ast(), ev.scope.as_ast(), ev.defect.as_ast()
             terms += [
-                _in_range(ev.status, STATUSES),
-                _in_range(ev.scope, SCOPES),
-                _in_range(ev.defect, DEFECTS),
+                t.in_range(status, 0, len(STATUSES)),
+                t.in_range(scope, 0, len(SCOPES)),
+                t.in_range(defect, 0, len(DEFECTS)),
             ]
-            terms.append(
-                z3.Implies(z3.Not(ev.present), z3.And(ev.status == 0, ev.scope == 0, ev.defect == 0))
-            )
+            absent = t.not_(ev.present.as_ast())
+            terms.append(t.implies(absent, t.and_([t.eq(status, 0), t.eq(scope, 0), t.eq(defect, 0)])))
         for ob in self.observations:
-            terms += [_in_range(ob.scope, SCOPES), _in_range(ob.defect, DEFECTS)]
-            terms.append(z3.Implies(z3.Not(ob.present), z3.And(ob.scope == 0, ob.defect == 0)))
+            scope, defect = ob.scope.as_ast(), ob.defect.as_ast()
+            terms += [t.in_range(scope, 0, len(SCOPES)), t.in_range(defect, 0, len(DEFECTS))]
+            absent = t.not_(ob.present.as_ast())
+            terms.append(t.implies(absent, t.and_([t.eq(scope, 0), t.eq(defect, 0)])))
         for (_, signal), flag in self.forbidden.items():
-            terms.append(z3.Implies(flag, self.signals[signal]))
+            terms.append(t.implies(flag.as_ast(), self.signals[signal].as_ast()))
         for var in self.inferred.values():
-            terms.append(z3.And(var >= NO_INFERENCE, var < len(SIGNALS)))
+            terms.append(t.in_range(var.as_ast(), NO_INFERENCE, len(SIGNALS)))
         for index, site in enumerate(self.layout.adapters):
             if site.depth is not AdapterDepth.telemetry_join:
-                terms += [z3.Not(v) for v in self.preconditions[index].values()]
-        return all_of(ctx, terms)
+                terms += [t.not_(v.as_ast()) for v in self.preconditions[index].values()]
+        return t.all_of(terms)
 
     def fix(self, descriptor: Descriptor, row: LoweringRow) -> z3.BoolRef:
         """Pin every variable to `descriptor` and `row`; the layout must be `Layout.of(descriptor)`."""
@@ -433,10 +445,6 @@ def model_values(model: z3.ModelRef) -> dict[str, int | bool]:
     return values
 
 
-def _in_range(var: z3.ArithRef, values: tuple[Any, ...]) -> z3.BoolRef:
-    return z3.And(var >= 0, var < len(values))
-
-
 # --- anchors ---------------------------------------------------------------------------------
 
 _KIND_BY_SCOPE: Mapping[EvidenceScope, AnchorKind] = {
@@ -452,8 +460,9 @@ def anchor_document(
     """An anchor (as a document) that has exactly `defect`; `None` for `absent`."""
     if defect is AnchorDefect.absent:
         return None
-    if template is not None and template.counts and fits_scope(template, scope):
-        base = dict(_template_document(template))
+    counting = None if template is None else _counting_template(template)
+    if counting is not None and fits_scope(template, scope):  # type: ignore[arg-type]
+        base = dict(counting)
     else:
         kind = _KIND_BY_SCOPE.get(scope, AnchorKind.trace)
         suffix = {"docs": "md", "source": "py", "artifact": "json", "trace": "jsonl"}[kind.value]
@@ -479,16 +488,19 @@ def anchor_document(
     return base
 
 
-_TEMPLATES: dict[int, tuple[Anchor, dict[str, Any]]] = {}
+_TEMPLATES: dict[int, tuple[Anchor, dict[str, Any] | None]] = {}
 
 
-def _template_document(template: Anchor) -> dict[str, Any]:
-    """A counting template anchor as a document, without its digest (cached per template:
-    `model_dump` per decoded mutant was a visible cost)."""
+def _counting_template(template: Anchor) -> dict[str, Any] | None:
+    """A template anchor as a document without its digest, `None` when it does not count
+    (cached per template, which is verified once when its descriptor is loaded: `counts` and
+    `model_dump` per decoded mutant were visible costs)."""
     cached = _TEMPLATES.get(id(template))
     if cached is None or cached[0] is not template:
-        document = template.model_dump(mode="json", exclude_defaults=True)
-        document.pop("sha256", None)
+        document = None
+        if template.counts:
+            document = template.model_dump(mode="json", exclude_defaults=True)
+            document.pop("sha256", None)
         cached = _TEMPLATES[id(template)] = (template, document)
     return cached[1]
 

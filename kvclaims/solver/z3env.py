@@ -48,6 +48,14 @@ class Job:
         self._configure(solver)
         return solver
 
+    def finite_domain_solver(self) -> z3.Solver:
+        """A solver for Booleans and bounded integers (z3's QF_FD logic: bit-blasting to SAT).
+        Its unsat is as final as the SMT core's; a formula outside the fragment answers
+        `unknown`, which `decided` turns into an error, never a verdict."""
+        solver = z3.SolverFor("QF_FD", ctx=self.ctx)
+        self._configure(solver)
+        return solver
+
     def horn(self) -> z3.Solver:
         """A solver for constrained Horn clauses (Spacer engine)."""
         solver = z3.SolverFor("HORN", ctx=self.ctx)

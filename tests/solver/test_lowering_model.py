@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from kvclaims.solver.differential import concrete_agreement
 from kvclaims.solver.facts import Facts
 from kvclaims.solver.lowering_model import judge
-from kvclaims.solver.lowering_proofs import python_verdict
+from kvclaims.solver.lowering_proofs import _prove, _symbolic, python_verdict
 from kvclaims.solver.symbolic import (
     DEFECTS,
     SCOPES,
@@ -25,6 +25,7 @@ from kvclaims.solver.symbolic import (
 from kvclaims.solver.z3env import Job
 from kvclaims.spec.descriptor import Descriptor, load_descriptors
 from kvclaims.spec.evidence import Anchor
+from kvclaims.spec.vocabulary import Label
 
 DESCRIPTORS = Path(__file__).resolve().parents[2] / "descriptors"
 
@@ -161,3 +162,23 @@ def test_the_verdict_does_not_depend_on_the_order_evidence_is_listed() -> None:
         verdicts.append(lower(descriptor, ProtectionMode.best_effort, AdapterDepth.telemetry_join))
     assert verdicts[0].label.is_sound
     assert verdicts[0].subtype == verdicts[1].subtype
+
+
+def test_a_false_claim_decided_by_the_finite_domain_solver_has_a_replayed_counterexample() -> None:
+    """The path fail_closed_monotonicity takes: a claim that does not hold (no row is ever
+    native_sound) yields a counterexample that decodes and that the Python judgment agrees on."""
+    job = Job()
+    d, v = _symbolic(job, Facts.reference())
+    outcome = _prove(
+        job,
+        z3.Not(v.label_is(Label.native_sound)),
+        [d.well_formed()],
+        [("descriptor", d, v)],
+        {},
+        finite_domain=True,
+    )
+    assert not outcome.proved
+    found = outcome.detail["counterexample"]["descriptor"]
+    assert found["model_verdict"]["label"] == "native_sound"
+    assert found["python_verdict"] == found["model_verdict"]
+    assert python_verdict(found["descriptor"]).label is Label.native_sound

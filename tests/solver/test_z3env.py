@@ -36,3 +36,24 @@ def test_sparse_model_of_an_unsat_target_is_none_and_leaves_the_solver_clean() -
     solver = job.solver()
     assert sparse_model(solver, [flag, z3.Not(flag)], []) is None
     assert solver.check() == z3.sat
+
+
+def test_the_finite_domain_solver_decides_bounded_integers() -> None:
+    job = Job()
+    x = job.int("x")
+    solver = job.finite_domain_solver()
+    solver.add(x > 5, x < 9, x != 6, x != 8)
+    assert decided(solver.check(), solver)
+    assert solver.model().eval(x).as_long() == 7
+    solver.add(x != 7)
+    assert not decided(solver.check(), solver)
+
+
+def test_the_finite_domain_solver_is_unknown_outside_its_fragment() -> None:
+    """An unbounded integer is not a finite domain: `unknown`, never a verdict."""
+    job = Job()
+    x = job.int("x")
+    solver = job.finite_domain_solver()
+    solver.add(x > 5)
+    with pytest.raises(SolverBudgetExhausted):
+        decided(solver.check(), solver)
