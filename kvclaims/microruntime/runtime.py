@@ -150,6 +150,13 @@ def _footprint_bound(claims: list[MicroClaim] | None) -> int:
     return max([c.footprint_blocks for c in claims]) if claims else 0
 
 
+def _clock_stamped(record: dict[str, Any], now_ns: int) -> dict[str, Any]:
+    """`record` with the wall clock's `t_ns` right after `engine_step` (where a runtime with
+    a wall clock has always put it)."""
+    fields = list(record.items())
+    return dict([*fields[:3], ("t_ns", now_ns), *fields[3:]])
+
+
 class MicroRuntime:
     """A MicroRuntime over `usable_blocks` blocks of `block_size` tokens, run by `policy`.
 
@@ -204,19 +211,25 @@ class MicroRuntime:
 
     def _emit(self, event: str, fields: dict[str, Any]) -> None:
         self._seq += 1
-        record = {"seq": self._seq, "event": event, "engine_step": self.step}
-        if self.wall_clock:
-            record["t_ns"] = self.now_ns
-        record.update(fields)
-        self._sink(record)
+        record = {"seq": self._seq, "event": event, "engine_step": self.step, **fields}
+        self._sink(_clock_stamped(record, self.now_ns) if self.wall_clock else record)
 
-    def _emit_unclaimed(self, event: str, blocks_and_hashes: list[tuple[int, str]]) -> None:
-        """Emit `event` (`block_stored` or `block_removed` naming no claim, which carry no
-        engine step) for each (block, hash) in order: the hot path's batched `_emit`."""
-        seq, sink = self._seq, self._sink
-        for number, (block, block_hash) in enumerate(blocks_and_hashes, seq + 1):
-            sink({"seq": number, "event": event, "block_id": block, "block_hash": block_hash})
-        self._seq = seq + len(blocks_and_hashes)
+    def _emit_claim_block(
+        self, event: str, block: int, block_hash: str, claim_id: str, position: int
+    ) -> None:
+        """Emit `event` (`block_stored` / `block_removed`) naming the claim whose `position`
+        `block` holds: `_emit` without a fields dict (it runs once per claim per block)."""
+        self._seq += 1
+        record = {
+            "seq": self._seq,
+            "event": event,
+            "engine_step": self.step,
+            "block_id": block,
+            "block_hash": block_hash,
+            "claim_id": claim_id,
+            "position": position,
+        }
+        self._sink(_clock_stamped(record, self.now_ns) if self.wall_clock else record)
 
     def _advance(self, claim: MicroClaim, event: Event) -> None:
         """Step the claim in the ledger; an illegal event raises `IllegalTransition`."""
@@ -321,15 +334,7 @@ class MicroRuntime:
         for position, block_hash in enumerate(self._hashes(spec.object_id, spec.footprint_blocks)):
             block = by_hash.get(block_hash)
             if block is not None:
-                self._emit(
-                    "block_stored",
-                    {
-                        "block_id": block,
-                        "block_hash": block_hash,
-                        "claim_id": spec.claim_id,
-                        "position": position,
-                    },
-                )
+                self._emit_claim_block("block_stored", block, block_hash, spec.claim_id, position)
                 self._tag(claim, position, block)
         self._settle_leading(claim)
 
@@ -487,33 +492,33 @@ class MicroRuntime:
     # ------------------------------------------------------------------ blocks
 
     def _store(self, blocks: list[int], object_id: str, start: int, hashes: list[str]) -> None:
-        """Computed blocks become reusable prefix state (future reusable admission). This and
-        `_allocate` are the hot path: unclaimed blocks take the short branch."""
+        """Computed blocks become reusable prefix state (future reusable admission), each
+        reported `block_stored`. This and `_allocate` are the hot path: positions past every
+        claim's footprint emit inline, naming no claim."""
         stored = self.pool.store(blocks, object_id, start, hashes)
         claims = self._claims_on.get(object_id)
-        # Positions at or past every claim's footprint take the short branch; recomputed after
-        # each claimed store, which may forget a claim (drop it from `claims`). `stored` ascends.
-        claimed_below = _footprint_bound(claims)
-        if not stored or stored[0] >= claimed_below:
-            self._emit_unclaimed("block_stored", [(blocks[p - start], hashes[p]) for p in stored])
-            return
+        claimed_below = _footprint_bound(claims)  # storing forgets no claim: bounded once
+        seq, sink = self._seq, self._sink
         for position in stored:
-            block = blocks[position - start]
             if position < claimed_below:
-                self._store_claimed(claims, block, hashes[position], position)  # type: ignore[arg-type]
-                claimed_below = _footprint_bound(claims)
+                self._seq = seq
+                self._store_claimed(claims, blocks[position - start], hashes[position], position)  # type: ignore[arg-type]
+                seq = self._seq
             else:
-                self._seq += 1  # inline: a call per block costs more than the event
-                self._sink(
+                seq += 1
+                sink(
                     {
-                        "seq": self._seq,
+                        "seq": seq,
                         "event": "block_stored",
-                        "block_id": block,
+                        "block_id": blocks[position - start],
                         "block_hash": hashes[position],
                     }
                 )
+        self._seq = seq
 
     def _store_claimed(self, claims: list[MicroClaim], block: int, block_hash: str, position: int) -> None:
+        """`block` stored at a position some claim covers: every responsible claim missing it
+        takes it (`block_stored` naming each), or one `block_stored` names no claim."""
         tagged = [
             c
             for c in claims
@@ -522,28 +527,19 @@ class MicroRuntime:
         if not tagged:
             self._emit("block_stored", {"block_id": block, "block_hash": block_hash})
         for claim in tagged:
-            self._emit(
-                "block_stored",
-                {
-                    "block_id": block,
-                    "block_hash": block_hash,
-                    "claim_id": claim.spec.claim_id,
-                    "position": position,
-                },
-            )
+            self._emit_claim_block("block_stored", block, block_hash, claim.claim_id, position)
             self._tag(claim, position, block)
             self._settle_leading(claim)
 
     def _allocate(self, count: int, record: RequestRecord) -> list[int]:
+        """Take `count` blocks for `record`, each cached one an eviction reported
+        `block_removed`: once per claim naming the block (which then loses it), else once
+        naming no claim, inline (the hot path)."""
         blocks, evicted = self.pool.allocate(count)
         record.blocks.extend(blocks)
         self.stats.evicted_blocks += len(evicted)
         claims_on = self._claims_on
-        if not any([claims_on.get(object_id) for _, _, object_id, _ in evicted]):
-            self._emit_unclaimed(
-                "block_removed", [(block, block_hash) for block, block_hash, _, _ in evicted]
-            )
-            return blocks
+        seq, sink = self._seq, self._sink
         for block, block_hash, object_id, position in evicted:
             claims = claims_on.get(object_id)
             tagged = (
@@ -551,25 +547,23 @@ class MicroRuntime:
                 if claims
                 else None
             )
-            if not tagged:
-                self._seq += 1  # inline: a call per block costs more than the event
-                self._sink(
-                    {"seq": self._seq, "event": "block_removed", "block_id": block, "block_hash": block_hash}
-                )
-                continue
-            for claim in tagged:
-                self._emit(
-                    "block_removed",
-                    {
-                        "block_id": block,
-                        "block_hash": block_hash,
-                        "claim_id": claim.spec.claim_id,
-                        "position": position,
-                    },
-                )
-            for claim in tagged:
-                self._lose(claim, position)
+            if tagged:
+                self._seq = seq
+                self._evict_claimed(tagged, block, block_hash, position)
+                seq = self._seq
+            else:
+                seq += 1
+                sink({"seq": seq, "event": "block_removed", "block_id": block, "block_hash": block_hash})
+        self._seq = seq
         return blocks
+
+    def _evict_claimed(self, tagged: list[MicroClaim], block: int, block_hash: str, position: int) -> None:
+        """An eviction took `block` from the claims in `tagged`: report it to each, then each
+        loses the position."""
+        for claim in tagged:
+            self._emit_claim_block("block_removed", block, block_hash, claim.claim_id, position)
+        for claim in tagged:
+            self._lose(claim, position)
 
     # ------------------------------------------------------------------ requests
 
@@ -1120,15 +1114,7 @@ class MicroRuntime:
                 "fault_injected", {"kind": FaultKind.invalid_kv_load.value, "claim_id": claim.spec.claim_id}
             )
         for claim in tagged:
-            self._emit(
-                "block_removed",
-                {
-                    "block_id": block,
-                    "block_hash": pool.hash_of[block],
-                    "claim_id": claim.spec.claim_id,
-                    "position": position,
-                },
-            )
+            self._emit_claim_block("block_removed", block, pool.hash_of[block], claim.claim_id, position)  # type: ignore[arg-type]
         pool.drop_hash(block)
         for claim in tagged:
             if position in claim.pinned:
