@@ -60,6 +60,10 @@ _RESTORATION_EVENT = {
     RestorationOutcome.harm: Event.fail_restoration_harm,
 }
 
+_RESERVING = RESPONSIBLE - {Phase.offloaded}
+"""Responsible phases in which a claim's blocks are protected on the device (an offloaded claim
+reserves no device block until its restore)."""
+
 _NS_PER_MS = 1_000_000
 
 __all__ = ["FaultKind", "LifecycleBug", "MicroClaim", "MicroRuntime", "RequestOutcome"]
@@ -345,17 +349,17 @@ class MicroRuntime:
     def _tag(self, claim: MicroClaim, position: int, block: int) -> None:
         """`block` now holds the claim's `position`: protect it as the policy says."""
         claim.hold(position, block)
-        # an offloaded claim is responsible but reserves no device block until its restore
+        protection = claim.protection
         if (
-            claim.phase not in RESPONSIBLE
-            or claim.phase is Phase.offloaded
+            protection is Protection.none
+            or claim.phase not in _RESERVING
             or position >= self.pin_limit(claim)
         ):
             return
-        if claim.protection is Protection.pin:
+        if protection is Protection.pin:
             self.pool.pin(block)
             claim.pinned.append(position)
-        elif claim.protection is Protection.retain:
+        else:
             self.pool.retain(block)
             claim.retained.append(position)
 
@@ -606,13 +610,9 @@ class MicroRuntime:
 
     def _schedule(self, record: RequestRecord) -> RequestOutcome:
         spec = record.spec
-        hashes = self._hashes(spec.object_id, spec.blocks)
-        hit = self.pool.cached_prefix(hashes)
-        hit_blocks = [self.pool.by_hash[h] for h in hashes[:hit]]
-        refs, pins = self.pool.request_refs, self.pool.pin_refs
-        queued_hits = sum(1 for b in hit_blocks if refs[b] == 0 and pins[b] == 0)
-        room = self.pool.available - queued_hits
-        if spec.blocks - hit <= room:
+        hit_blocks = self.pool.cached_blocks(self._hashes(spec.object_id, spec.blocks))
+        room = self.pool.room_beside(hit_blocks)
+        if spec.blocks - len(hit_blocks) <= room:
             return self._admit(record, hit_blocks, caching=self._caching(spec))
         return self._arbitrate(record, hit_blocks, room)
 
@@ -784,9 +784,7 @@ class MicroRuntime:
         spec = record.spec
         if record in self._pending:
             self._pending.remove(record)
-        hold = self.pool.hold
-        for block in hit_blocks:
-            hold(block)
+        self.pool.hold(hit_blocks)
         record.blocks = list(hit_blocks)
         record.hit_blocks = len(hit_blocks)
         record.outcome = RequestOutcome.admitted
