@@ -383,7 +383,15 @@ class MicroRuntime:
         if position in claim.retained:
             claim.retained.remove(position)
             self.pool.unretain(block)
-        loss = self.ledger.break_predicate(claim) if crossed else Loss.none
+        if crossed:
+            self._report_break(claim)
+        if claim.held_count == 0 and claim.phase in SETTLED:
+            self._forget(claim)
+
+    def _report_break(self, claim: MicroClaim) -> None:
+        """The claim's leading prefix fell below its predicate: the model says what that owes
+        (`ClaimLedger.break_predicate`), harm (protection ends) or a loss, reported here."""
+        loss = self.ledger.break_predicate(claim)
         if loss is Loss.harm:
             self._emit(
                 "resident_claim_harmed",
@@ -400,8 +408,6 @@ class MicroRuntime:
                 "resident_claim_lost", {"claim_id": claim.claim_id, "leading_blocks": claim.leading_blocks}
             )
             self._advance(claim, Event.lose)
-        if claim.held_count == 0 and claim.phase in SETTLED:
-            self._forget(claim)
 
     def _end_protection(self, claim: MicroClaim) -> None:
         """Responsibility ended (or moved off the GPU): unpin tail first, drop retention; a
@@ -610,7 +616,10 @@ class MicroRuntime:
 
     def _schedule(self, record: RequestRecord) -> RequestOutcome:
         spec = record.spec
-        hit_blocks = self.pool.cached_blocks(self._hashes(spec.object_id, spec.blocks))
+        # a hash `_hashes` never made was never stored: look up only those made so far (a
+        # request that does not cache, like a bounded one, then makes none at all)
+        made = self._hashes_of.get(spec.object_id, [])
+        hit_blocks = self.pool.cached_blocks(made[: spec.blocks])
         room = self.pool.room_beside(hit_blocks)
         if spec.blocks - len(hit_blocks) <= room:
             return self._admit(record, hit_blocks, caching=self._caching(spec))
@@ -809,7 +818,7 @@ class MicroRuntime:
         """Run the prefill chunk by chunk. Under full attention every chunk stays live; a
         bound frees (recompute) or offloads the oldest chunks first."""
         spec = record.spec
-        hashes = self._hashes(spec.object_id, spec.blocks)
+        hashes = self._hashes(spec.object_id, spec.blocks) if caching else []
         position = 0
         for chunk in spec.chunk_sizes:
             end = position + chunk
