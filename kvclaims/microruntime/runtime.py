@@ -123,14 +123,18 @@ class MicroClaim(Claim):
 
 @dataclass(eq=False, slots=True)
 class RequestRecord:
-    """One request's runtime state: the blocks it holds, prefix order (shared hits first)."""
+    """One request's runtime state: the blocks it holds, prefix order (shared hits first).
+
+    Its sequences are tuples: the runtime keeps every record for the whole run, and the cyclic
+    GC stops tracking a tuple of ints, where each list would be one more object every full
+    collection traverses (two per request, most of a long run's GC time)."""
 
     spec: RequestSpec
     phase: RequestPhase = REQUEST_INITIAL
-    blocks: list[int] = field(default_factory=list)
+    blocks: tuple[int, ...] = ()
     hit_blocks: int = 0
     deferrals: int = 0
-    live_after_chunk: list[int] = field(default_factory=list)
+    live_after_chunk: tuple[int, ...] = ()
     outcome: RequestOutcome | None = None
     restored_checkpoint: bool = False
     restore_failed: bool = False
@@ -198,7 +202,7 @@ class MicroRuntime:
         self._claims_on: dict[str, list[MicroClaim]] = {}
         self._hashes_of: dict[str, list[str]] = {}
         self._pending: list[RequestRecord] = []
-        self._ttl_pins: dict[str, tuple[int, list[int]]] = {}
+        self._ttl_pins: dict[str, tuple[int, tuple[int, ...]]] = {}
         self._admitted_by_clock: list[str] = []
         self.wall_clock = wall_clock
         """Whether the runtime keeps a simulated wall clock (`now_ns`, moved by
@@ -546,7 +550,7 @@ class MicroRuntime:
         `block_removed`: once per claim naming the block (which then loses it), else once
         naming no claim, inline (the hot path)."""
         blocks, evicted = self.pool.allocate(count)
-        record.blocks.extend(blocks)
+        record.blocks += tuple(blocks)
         self.stats.evicted_blocks += len(evicted)
         claims_on = self._claims_on
         seq, sink = self._seq, self._sink
@@ -794,7 +798,7 @@ class MicroRuntime:
         if record in self._pending:
             self._pending.remove(record)
         self.pool.hold(hit_blocks)
-        record.blocks = list(hit_blocks)
+        record.blocks = tuple(hit_blocks)
         record.hit_blocks = len(hit_blocks)
         record.outcome = RequestOutcome.admitted
         self._emit(
@@ -832,7 +836,7 @@ class MicroRuntime:
                 new = self._allocate(count, record)
                 if caching:
                     self._store(new, spec.object_id, start, hashes)
-            record.live_after_chunk.append(len(record.blocks))
+            record.live_after_chunk += (len(record.blocks),)
             position = end
 
     def _shed_oldest(self, record: RequestRecord, count: int, method: BoundMethod | None) -> None:
@@ -1014,7 +1018,7 @@ class MicroRuntime:
             self._ttl_pins[spec.job_id] = (self.step + ttl, record.blocks)
         else:
             pool.release(reversed(record.blocks))
-        record.blocks = []
+        record.blocks = ()
         self._emit("request_finished", {"request_id": spec.request_id, "status": status})
         self._advance_request(record, RequestEvent.finish)
 
