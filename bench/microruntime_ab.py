@@ -4,10 +4,11 @@
 
 OTHER_CHECKOUT is another checkout of kvclaims (e.g. `git worktree add ../kvclaims-base main`). Both
 trees run in child processes (PYTHONPATH set to each): first each prints a SHA-256 of every
-trace it produces (every lab scenario, the seed workload and seeded small-pool workloads under
-every policy); any difference is reported and the exit status is 1. Then the memory-sink bench
-workload runs alternately in the two trees, `--rounds` times each, and the best and median
-seconds and their ratio are printed. Nothing is asserted on time.
+trace it produces (every lab scenario; the bench workload and seeded small-pool workloads under
+every policy, with and without a wall clock; seeded batches of the Hypothesis state machine
+`MicroRuntimeMachine`, one digest per example); any difference is reported and the exit status
+is 1. Then the memory-sink bench workload runs alternately in the two trees, `--rounds` times
+each, and the best and median seconds and their ratio are printed. Nothing is asserted on time.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
 
-FUZZ_SEEDS = range(8)
+FUZZ_SEEDS = range(12)
+MACHINE_SEEDS = range(6)
+MACHINE_POLICIES = ("full_arbiter", "continuum_ttl_pin")  # the policies the machine's tests run
+MACHINE_EXAMPLES = 25
 
 
 def _digest(events: list[dict]) -> str:
@@ -44,16 +48,22 @@ def digests() -> dict[str, str]:
     for name in SCENARIOS:
         for index, run in enumerate(run_scenario(name).runs):
             out[f"scenario/{name}/{index}/{run.label}"] = _digest([run.header, *run.events])
-    shapes = [("bench", WorkloadShape(operations=20_000))]
+    shapes = [("bench", WorkloadShape(operations=20_000), False)]
     shapes += [
-        (f"fuzz{seed}", WorkloadShape(operations=3_000, usable_blocks=96 + 64 * seed, objects=40, seed=seed))
+        (
+            f"fuzz{seed}",
+            WorkloadShape(operations=3_000, usable_blocks=96 + 64 * seed, objects=40, seed=seed),
+            seed % 2 == 1,  # every other seed on a wall clock (claim events then carry t_ns)
+        )
         for seed in FUZZ_SEEDS
     ]
-    for label, shape in shapes:
+    for label, shape, wall_clock in shapes:
         ops = generate(shape)
         for policy_name, policy in POLICIES.items():
             buffer = TraceBuffer()
-            runtime = MicroRuntime(shape.usable_blocks, policy=policy, sink=buffer.append)
+            runtime = MicroRuntime(
+                shape.usable_blocks, policy=policy, sink=buffer.append, wall_clock=wall_clock
+            )
             try:
                 apply(runtime, ops)
                 runtime.close()
@@ -61,6 +71,40 @@ def digests() -> dict[str, str]:
             except Exception as error:  # a failure must be the same failure in both trees
                 result = f"{type(error).__name__}: {error} after {_digest(buffer.events)}"
             out[f"workload/{label}/{policy_name}"] = result
+    return out | machine_digests()
+
+
+def machine_digests() -> dict[str, str]:
+    """Digest of the trace of every example of seeded `MicroRuntimeMachine` batches (wall
+    clock, faults, restores, two-key checkpoints, TTL pins: what the workloads never do)."""
+    from hypothesis import seed as hypothesis_seed
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from kvclaims.lab.fuzz_settings import batches
+    from kvclaims.lab.micro_fuzzing import MicroRuntimeMachine, _no_local_constants, fresh_machine
+    from kvclaims.microruntime.policies import POLICIES
+
+    class Recorded(MicroRuntimeMachine):
+        traces: list[str]
+
+        def teardown(self) -> None:
+            type(self).traces.append(_digest(self.buffer.events))
+            super().teardown()
+
+    out: dict[str, str] = {}
+    for policy_name in MACHINE_POLICIES:
+        for seed in MACHINE_SEEDS:
+            machine = hypothesis_seed(seed)(fresh_machine(Recorded, policy=POLICIES[policy_name], traces=[]))
+            label = f"machine/{policy_name}/{seed}"
+            try:
+                with _no_local_constants():  # the same draws in both trees (see its docstring)
+                    run_state_machine_as_test(
+                        machine, settings=batches(MACHINE_EXAMPLES, stateful_step_count=50)
+                    )
+            except Exception as error:  # a failure must be the same failure in both trees
+                out[f"{label}/failure"] = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+            for example, digest in enumerate(machine.traces):
+                out[f"{label}/{example}"] = digest
     return out
 
 

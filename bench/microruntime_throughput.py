@@ -16,13 +16,15 @@ Each repeat builds a fresh runtime and applies the whole workload; timed best-of
 - count:  events counted by type only (the runtime's own cost);
 - ndjson: events encoded and written to a file as they are emitted (msgspec, buffered).
 
-Prints events, seconds and events/s for each sink and the ratios between them (taken within
-this one run). Nothing is asserted: performance never gates a test.
+Prints events, seconds and events/s for each sink (wall time, and the process's CPU time: on a
+shared machine wall time also measures the neighbours) and the ratios between them (taken
+within this one run). Nothing is asserted: performance never gates a test.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 import time
@@ -34,10 +36,14 @@ from kvclaims.microruntime.runtime import MicroRuntime
 from kvclaims.microruntime.tracing import EventCounter, NdjsonTraceWriter, TraceBuffer
 from kvclaims.microruntime.workload import WorkloadShape, apply, generate
 
-TARGET_EVENTS_PER_SECOND = 200_000
+TARGET_EVENTS_PER_SECOND = 500_000
+"""Issue 18's target for the memory sink."""
 
 
-def _run(shape: WorkloadShape, ops: list, sink_kind: str, directory: Path) -> tuple[int, float, Counter[str]]:
+def _run(
+    shape: WorkloadShape, ops: list, sink_kind: str, directory: Path
+) -> tuple[int, float, float, Counter[str]]:
+    """(events, wall seconds, CPU seconds, events by type) of one run with this sink."""
     if sink_kind == "memory":
         buffer = TraceBuffer()
         sink, counts = buffer.append, buffer.counts
@@ -54,13 +60,13 @@ def _run(shape: WorkloadShape, ops: list, sink_kind: str, directory: Path) -> tu
 
         counts = lambda: counter.counts  # noqa: E731
     runtime = MicroRuntime(shape.usable_blocks, policy=POLICIES["full_arbiter"], sink=sink)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     apply(runtime, ops)
     runtime.close()
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     if sink_kind == "ndjson":
         writer.close()
-    return runtime.events_emitted, elapsed, counts()
+    return runtime.events_emitted, elapsed, cpu, counts()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,24 +83,31 @@ def main(argv: list[str] | None = None) -> int:
         f"workload: {len(ops)} operations ({args.operations} drawn), pool {shape.usable_blocks} blocks, "
         f"{shape.objects} objects, generated in {time.perf_counter() - generated:.1f}s (not timed)"
     )
-    best: dict[str, tuple[int, float, Counter[str]]] = {}
+    wall: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(args.repeat):
             for sink_kind in ("memory", "count", "ndjson"):
-                events, seconds, counts = _run(shape, ops, sink_kind, Path(tmp))
-                if sink_kind not in best or seconds < best[sink_kind][1]:
-                    best[sink_kind] = (events, seconds, counts)
-    events, _, counts = best["memory"]
+                events, seconds, cpu_seconds, counts = _run(shape, ops, sink_kind, Path(tmp))
+                wall.setdefault(sink_kind, []).append(seconds)
+                cpu.setdefault(sink_kind, []).append(cpu_seconds)
     print(f"events per run: {events}")
     print("event mix: " + ", ".join(f"{name} {n}" for name, n in counts.most_common()))
-    for sink_kind, (n, seconds, _) in best.items():
-        rate = n / seconds
-        print(f"{sink_kind:>7}: {n} events in {seconds:.2f}s = {rate:,.0f} events/s (best of {args.repeat})")
-    memory_rate = events / best["memory"][1]
-    print(f"ratio ndjson/memory time: {best['ndjson'][1] / best['memory'][1]:.2f}")
-    print(f"ratio memory/count time: {best['memory'][1] / best['count'][1]:.2f}")
-    verdict = "meets" if memory_rate >= TARGET_EVENTS_PER_SECOND else "misses"
-    print(f"target {TARGET_EVENTS_PER_SECOND:,} events/s (memory sink): {verdict}")
+    for sink_kind in wall:
+        for clock, times in (("wall", wall[sink_kind]), ("CPU", cpu[sink_kind])):
+            best, median = min(times), statistics.median(times)
+            print(
+                f"{sink_kind:>7} {clock:>4}: best {best:.2f}s = {events / best:,.0f} events/s, "
+                f"median {median:.2f}s = {events / median:,.0f} events/s (of {args.repeat})"
+            )
+    for clock, times in (("wall", wall), ("CPU", cpu)):
+        print(
+            f"ratios of best {clock} times: ndjson/memory {min(times['ndjson']) / min(times['memory']):.2f}, "
+            f"memory/count {min(times['memory']) / min(times['count']):.2f}"
+        )
+    for clock, times in (("wall", wall), ("CPU", cpu)):
+        verdict = "meets" if events / min(times["memory"]) >= TARGET_EVENTS_PER_SECOND else "misses"
+        print(f"target {TARGET_EVENTS_PER_SECOND:,} events/s (memory sink, best {clock} time): {verdict}")
     return 0
 
 

@@ -250,7 +250,7 @@ def arbiter_actions(usable: int | None) -> ScenarioResult:
     result.runs.append(session.done())
     result.summary = {
         "active_outcome": outcome.value,
-        "live_blocks_after_each_chunk": record.live_after_chunk,
+        "live_blocks_after_each_chunk": list(record.live_after_chunk),
         "recomputed_blocks": session.rt.stats.recomputed_blocks,
         "resident_blocks_remaining": session.rt.residency(RESIDENT, 60)[0],
         "arbiter": session.rt.arbiter_log,
@@ -317,7 +317,7 @@ def chunked_prefill(usable: int | None) -> ScenarioResult:
     result.runs.append(bounded.done())
     result.summary = {
         "chunks": list(CHUNKS),
-        "full_attention_live_after_each_chunk": alone.rt.requests["active"].live_after_chunk,
+        "full_attention_live_after_each_chunk": list(alone.rt.requests["active"].live_after_chunk),
         "with_hard_claim": {
             "active_outcome": chunked_outcome.value,
             "capacity_proof": _proof_of(_refusal(chunked)),
@@ -325,7 +325,7 @@ def chunked_prefill(usable: int | None) -> ScenarioResult:
         "bounded_live": {
             "active_outcome": bounded_outcome.value,
             "live_bound_blocks": bounded.rt.policy.live_bound_blocks,
-            "live_after_each_chunk": bounded.rt.requests["active"].live_after_chunk,
+            "live_after_each_chunk": list(bounded.rt.requests["active"].live_after_chunk),
             "recomputed_blocks": bounded.rt.stats.recomputed_blocks,
             "resident_blocks_remaining": bounded.rt.residency(RESIDENT, 60)[0],
             "claim_phase": bounded.rt.claims["claim:resident"].phase.value,

@@ -96,18 +96,25 @@ class BlockPool:
         """Blocks an allocation may take now (evicting cached ones): both free queues."""
         return len(self.free) + len(self.retained)
 
+    def room_beside(self, hits: Sequence[int]) -> int:
+        """Blocks an allocation could take once `hits` (cached blocks a request is about to
+        hold) are held: `available` less the hits that sit in a free queue."""
+        request_refs, pin_refs = self.request_refs, self.pin_refs
+        queued_hits = [b for b in hits if request_refs[b] == 0 and pin_refs[b] == 0]
+        return self.available - len(queued_hits)
+
     def allocate(self, count: int) -> tuple[list[int], list[Evicted]]:
         """Pop `count` victims (ordinary queue first, then retained) and hold each for a running
         request. Returns the blocks and the cached content they evicted (already dropped from
         the index). The caller checks `available` first."""
-        free, retained = self.free, self.retained
+        from_free = min(count, len(self.free))
+        pop_free, pop_retained = self.free.popitem, self.retained.popitem
+        blocks = [pop_free(last=False)[0] for _ in range(from_free)]
+        blocks += [pop_retained(last=False)[0] for _ in range(count - from_free)]
         request_refs, hash_of, by_hash = self.request_refs, self.hash_of, self.by_hash
         object_of, position_of = self.object_of, self.position_of
-        blocks: list[int] = []
         evicted: list[Evicted] = []
-        from_free = min(count, len(free))
-        for index in range(count):
-            block = (free if index < from_free else retained).popitem(last=False)[0]
+        for block in blocks:
             request_refs[block] = 1
             block_hash = hash_of[block]
             if block_hash is not None:
@@ -115,14 +122,16 @@ class BlockPool:
                 del by_hash[block_hash]
                 hash_of[block] = object_of[block] = None
                 position_of[block] = -1
-            blocks.append(block)
         return blocks, evicted
 
-    def hold(self, block: int) -> None:
-        """A running request references `block` (a prefix hit)."""
-        if self.request_refs[block] == 0 and self.pin_refs[block] == 0:
-            self._dequeue(block)
-        self.request_refs[block] += 1
+    def hold(self, blocks: Iterable[int]) -> None:
+        """A running request references `blocks` (a prefix hit); each unreferenced one leaves
+        its free queue."""
+        request_refs, pin_refs = self.request_refs, self.pin_refs
+        for block in blocks:
+            if request_refs[block] == 0 and pin_refs[block] == 0:
+                self._dequeue(block)
+            request_refs[block] += 1
 
     def pin(self, block: int) -> None:
         """Exclude `block` from eviction (victim exclusion or a TTL pin): one more pin
@@ -213,15 +222,20 @@ class BlockPool:
                 del self.retained[block]
                 self._enqueue(block)
 
+    def cached_blocks(self, hashes: Sequence[str]) -> list[int]:
+        """The blocks caching the leading run of a prefix with these hashes (a prefix hit)."""
+        by_hash = self.by_hash
+        blocks = []
+        for block_hash in hashes:
+            block = by_hash.get(block_hash)
+            if block is None:
+                break
+            blocks.append(block)
+        return blocks
+
     def cached_prefix(self, hashes: Sequence[str]) -> int:
         """How many leading blocks of a prefix with these hashes are cached (a prefix hit)."""
-        by_hash = self.by_hash
-        count = 0
-        for block_hash in hashes:
-            if block_hash not in by_hash:
-                break
-            count += 1
-        return count
+        return len(self.cached_blocks(hashes))
 
     def _enqueue(self, block: int) -> None:
         if self.hash_of[block] is None:

@@ -53,7 +53,7 @@ def test_a_prefix_hit_takes_blocks_out_of_the_middle_of_the_queue() -> None:
     pool = BlockPool(3, 16)
     compute(pool, "a", 1)  # block 0
     compute(pool, "b", 1)  # block 1
-    pool.hold(0)  # a hit on "a"
+    pool.hold([0])  # a hit on "a"
     assert pool.available == 2
     taken, evicted = pool.allocate(2)
     assert sorted(taken) == [1, 2]
@@ -117,7 +117,7 @@ def test_any_sequence_of_pool_operations_conserves_blocks(operations: list[tuple
         if operation == "compute" and 1 + argument % 5 <= pool.available:
             compute(pool, f"p{argument}", 1 + argument % 5)
         elif operation == "hold" and pool.request_refs[argument] + pool.pin_refs[argument] == 0:
-            pool.hold(argument)
+            pool.hold([argument])
             pool.release([argument])
         elif operation == "pin":
             pool.pin(argument)

@@ -96,7 +96,7 @@ def test_write_no_admit_serves_the_request_but_admits_nothing_reusable() -> None
 def test_chunks_stay_live_under_full_attention_until_the_request_finishes() -> None:
     rt, _ = runtime(usable=100, policy="native_lru")
     rt.submit_request(RequestSpec("a", "a", 70, chunks=(20, 20, 20, 10)))
-    assert rt.requests["a"].live_after_chunk == [20, 40, 60, 70]
+    assert rt.requests["a"].live_after_chunk == (20, 40, 60, 70)
     assert rt.pool.census().active == 70
     rt.finish_request("a")
     assert rt.pool.census().active == 0
