@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
@@ -289,8 +290,9 @@ class ClaimArbiter:
         return self._last_ns
 
     def _emit(self, event_type: type[_Event], **fields: Any) -> None:
-        if self.sink.enabled:
-            self.sink.emit(event_type, engine_step=self.step, t_ns=self.now_ns(), **fields)
+        sink = self.sink
+        if sink.enabled:
+            sink.record(event_type, {"engine_step": self.step, "t_ns": self.now_ns(), **fields})
 
     emit = _emit
     """Emit one trace event at the current engine step (for the arbiter's helpers)."""
@@ -556,7 +558,7 @@ class ClaimArbiter:
         record = ClaimRecord(
             claim=claim,
             hashes=hashes,
-            keys=tuple(make_block_hash_with_group_id(h, self.kv_group) for h in hashes),
+            keys=[make_block_hash_with_group_id(h, self.kv_group) for h in hashes],
             source_request_id=request.request_id,
             accepted_step=self.step,
             required_blocks=predicate.required_blocks(self.block_size),
@@ -708,6 +710,8 @@ class ClaimArbiter:
     def _expire_due(self) -> None:
         now_ms = self.now_ns() / _NS_PER_MS
         due = self.ledger.due(self.step, now_ms)
+        if not due:
+            return
         waiting_jobs = {
             b.job for b in self._books.values() if b.job is not None and b.phase is not RequestPhase.admitted
         }
@@ -736,11 +740,13 @@ class ClaimArbiter:
             if record.slots[position] is not None:
                 continue
             block = blocks[position]
-            if block.is_null or block.block_hash != record.keys[position]:
+            key = block.block_hash
+            if block.is_null or key != record.keys[position]:
                 break
             if record.protected:
                 self._pool.touch([block])
             record.hold(position, block)
+            record.keys[position] = key  # the same key, as the block's own object (see `_lost`)
             stored.append(position)
         if stored and record.protected:
             self.registry.pins_changed()
@@ -957,6 +963,12 @@ class ClaimArbiter:
         if book.checked_version == self.registry.version and not book.held_back:
             return "admit"
         peak = self._peak_blocks(request)
+        if self.registry.protected_blocks + peak <= self.usable_blocks:
+            # Fits even if it shared no block with a claim (the common case: no overlap or
+            # proof to build; the proof below could only find no shortfall either).
+            book.checked_version = self.registry.version
+            self._end_deferral(request.request_id, book)
+            return "admit"
         overlap = self.registry.overlap(request.block_hashes, book.sourced)
         proof = CapacityProof(self.registry.protected_blocks, peak - overlap.credited, self.usable_blocks)
         if proof.capacity_shortfall_blocks == 0 or peak > self.usable_blocks:
@@ -1113,11 +1125,14 @@ class ClaimArbiter:
         prefix hits, the scheduled chunk, lookahead), less those credited to protected claims
         (counted as theirs). Not the peak: vLLM admits a request whose peak exceeds the pool
         and preempts later; the admission holds only what was allocated."""
-        null = self._pool.null_block.block_id
-        allocated = {b for group in self._s.kv_cache_manager.get_block_ids(request.request_id) for b in group}
-        allocated.discard(null)
+        allocated = 0
+        for manager in self._s.kv_cache_manager.coordinator.single_type_managers:
+            # A request's block list holds each block once (groups allocate distinct blocks);
+            # only the null block (skipped positions) repeats.
+            blocks = manager.req_to_blocks.get(request.request_id, ())
+            allocated += len(blocks) - sum(map(_IS_NULL, blocks))
         credited = self.registry.overlap(request.block_hashes, book.sourced).credited
-        return len(allocated) - min(credited, len(allocated))
+        return allocated - min(credited, allocated)
 
     def report_reuse(
         self,
@@ -1181,6 +1196,8 @@ class ClaimArbiter:
     def _order_soft_evictions(self) -> None:
         """Reorder vLLM's free queue so soft_priority claims lose blocks lowest priority first
         (`soft_priority`); unclaimed free blocks keep their LRU positions."""
+        if not self.registry.holds_mode(ProtectionMode.soft_priority):
+            return
         rank_of: dict[int, SoftRank] = {}
         for record in self.registry.with_blocks():
             if record.mode is ProtectionMode.soft_priority:
@@ -1196,13 +1213,20 @@ class ClaimArbiter:
         `stop_reason`, which vLLM's OpenAI server returns as the choice's `stop_reason`. A stop
         token or string keeps its own reason (the trace still has the outcome)."""
         notes = self._claim_notes
-        if notes:
-            for batch in outputs.values():
-                for output in batch.outputs:
-                    note = notes.get(output.request_id)
-                    if note is not None and output.finished and output.stop_reason is None:
+        if not notes:
+            return
+        unseen = len(notes)
+        for batch in outputs.values():
+            for output in batch.outputs:
+                note = notes.get(output.request_id)
+                if note is not None:
+                    if output.finished and output.stop_reason is None:
                         output.stop_reason = note
-            notes.clear()
+                    unseen -= 1
+                    if not unseen:  # every note placed: the other outputs need no look
+                        notes.clear()
+                        return
+        notes.clear()
 
     def on_request_finishing(self, request: Request) -> None:
         """Last moment the request's blocks are reachable: let it feed its claims, then book
@@ -1281,12 +1305,23 @@ class ClaimArbiter:
         return frozenset(self._deferred)
 
 
+_BLOCK_KEY = attrgetter("_block_hash")
+_IS_NULL = attrgetter("is_null")
+
+
 def _lost(record: ClaimRecord) -> list[tuple[int, Any]]:
-    """The claim's held blocks that no longer carry its cache key, by position."""
+    """The claim's held blocks that no longer carry its cache key, by position.
+
+    Runs every step for every watched claim. A claim holding all its positions is first
+    compared whole, in C: its keys are the very objects its blocks carried when held (`_advance`),
+    so the comparison is by identity until vLLM evicts or re-keys a block."""
     keys = record.keys
+    slots = record.slots
+    if record.held_count == len(slots) and list(map(_BLOCK_KEY, slots)) == keys:
+        return []
     return [
         (position, block)
-        for position, block in enumerate(record.slots)
+        for position, block in enumerate(slots)
         if block is not None and block._block_hash != keys[position]
     ]
 

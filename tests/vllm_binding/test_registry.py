@@ -32,7 +32,7 @@ def record(
     return ClaimRecord(
         claim=claim,
         hashes=tuple(hashes),
-        keys=tuple(hashes),
+        keys=list(hashes),
         source_request_id=f"req-{claim_id}",
         accepted_step=0,
         required_blocks=len(hashes),
