@@ -125,11 +125,12 @@ class TraceFile(Generic[Entry]):
         owner neither encodes nor locks, unless the backlog is over `MAX_BACKLOG_EVENTS`);
         without one, encode them into the stream's buffer (not yet synced to the OS)."""
         pending = self._pending
+        if not pending:
+            return
         if self._background:
-            if pending:
-                self._pending = []
-                self._handed.append(pending)
-                self._handed_events += len(pending)
+            self._pending = []
+            self._handed.append(pending)
+            self._handed_events += len(pending)
             if self._handed_events - self._written_events <= MAX_BACKLOG_EVENTS:
                 return
         with self._lock:

@@ -320,6 +320,12 @@ class ClaimLedger:
         if ms is not None:
             self._by_ms.arm(claim, ms)
 
+    @property
+    def armed(self) -> bool:
+        """Whether any expiry deadline is armed (perhaps one re-armed since: `due` may still
+        find nothing); changes nothing."""
+        return bool(self._by_step._heap or self._by_ms._heap)
+
     def due(self, step: int, now_ms: float | None = None) -> list[Claim]:
         """Claims whose deadline is at or before `step` (or `now_ms`) and that may still
         expire, in deadline then acceptance order; their deadlines are consumed. The caller

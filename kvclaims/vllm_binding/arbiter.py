@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import compress
 from operator import attrgetter
 from typing import Any
 
@@ -135,9 +136,15 @@ def layout_problem(scheduler: Any) -> str | HybridLayout | None:
         layout = hybrid_layout(scheduler)
         return layout if isinstance(layout, str) else _hashing_problem(scheduler) or layout
     spec = groups[0].kv_cache_spec
-    if type(spec) is not FullAttentionSpec or spec.sliding_window or spec.attention_chunk_size:
+    if _may_skip_positions(spec):
         return f"KV cache spec {type(spec).__name__} is not plain full attention"
     return _hashing_problem(scheduler)
+
+
+def _may_skip_positions(spec: Any) -> bool:
+    """Whether a KV cache group's spec is other than plain full attention (sliding window,
+    chunked attention, recurrent state: positions it skips hold vLLM's null block)."""
+    return type(spec) is not FullAttentionSpec or bool(spec.sliding_window or spec.attention_chunk_size)
 
 
 def _hashing_problem(scheduler: Any) -> str | None:
@@ -189,6 +196,8 @@ class RequestBook:
 
     @property
     def feeds(self) -> list[str]:
+        if not (self.sourced or self.attached or self.restores):
+            return []
         attached = [self.attached] if self.attached else []
         return list(dict.fromkeys([*self.sourced, *attached, *self.restores]))
 
@@ -214,6 +223,14 @@ class ClaimArbiter:
         self._pool = scheduler.kv_cache_manager.block_pool
         self.block_size: int = scheduler.block_size
         self.usable_blocks: int = self._pool.num_gpu_blocks - 1  # block 0 is vLLM's null block
+        self._largest_request_blocks = peak_live_blocks(
+            prompt_tokens=scheduler.max_model_len,
+            max_tokens=1,
+            block_size=self.block_size,
+            max_model_len=scheduler.max_model_len,
+            lookahead_tokens=scheduler.num_lookahead_tokens,
+        )
+        """The live blocks of a request at the model length: no request needs more."""
         layout = layout_problem(scheduler)
         self.unsupported = layout if isinstance(layout, str) else None
         self.hybrid = (
@@ -222,6 +239,11 @@ class ClaimArbiter:
         """Two-key claims' checkpoints (hybrid models only)."""
         self.kv_group = layout.kv_group if isinstance(layout, HybridLayout) else 0
         """The KV cache group whose block hashes are claims' identity."""
+        self._group_skips = [
+            _may_skip_positions(group.kv_cache_spec) for group in scheduler.kv_cache_config.kv_cache_groups
+        ]
+        """Per KV cache group, whether its block lists may hold the null block (full attention
+        never skips a position)."""
         self.registry = ClaimRegistry(
             usable_blocks=self.usable_blocks,
             protected_fraction=config.protected_fraction,
@@ -286,7 +308,10 @@ class ClaimArbiter:
     def now_ns(self) -> int:
         """The clock now, never earlier than a time already stamped or armed (a wall clock
         stepped back must not make an expiry look early)."""
-        self._last_ns = max(self._last_ns, self.clock())
+        now = self.clock()
+        if now > self._last_ns:
+            self._last_ns = now
+            return now
         return self._last_ns
 
     def _emit(self, event_type: type[_Event], **fields: Any) -> None:
@@ -708,6 +733,8 @@ class ClaimArbiter:
             self.ledger.expire_at(record, ms=self.now_ns() / _NS_PER_MS + claim.duration_ms)
 
     def _expire_due(self) -> None:
+        if not self.ledger.armed:
+            return
         now_ms = self.now_ns() / _NS_PER_MS
         due = self.ledger.due(self.step, now_ms)
         if not due:
@@ -730,6 +757,9 @@ class ClaimArbiter:
     def _advance(self, record: ClaimRecord, request: Request) -> None:
         """Hold every further leading block `request` has computed and cached for the claim."""
         if not record.responsible:
+            return
+        if record.held_count == len(record.slots) and record.phase is not Phase.accepted:
+            self._materializing.discard(record)  # every position held, materialized: nothing to do
             return
         blocks = self._request_blocks(request.request_id)
         computed = (request.num_computed_tokens - request.num_in_flight_tokens) // self.block_size
@@ -819,7 +849,9 @@ class ClaimArbiter:
         """
         pinned = pinned or self._pins_suspect or self.step % PINNED_SWEEP_STEPS == 0
         self._pins_suspect = False
-        self._check_records([r for r in self.registry.with_blocks() if pinned or not r.protected])
+        holders = [r for r in self.registry.claims.values() if r.held_count and (pinned or not r.protected)]
+        if holders:
+            self._check_records(holders)
 
     def check_claim(self, record: ClaimRecord) -> None:
         """Report now any block the claim lost (e.g. before a restoration is reported)."""
@@ -842,6 +874,8 @@ class ClaimArbiter:
         self._materializing.add(record)
 
     def _check_record(self, record: ClaimRecord) -> None:
+        if record.protected and not self._pins_suspect:
+            return  # pinned blocks lose their keys only where pins are marked suspect (`check_blocks`)
         if _lost(record):  # the lost block may be shared: every claim holding one is checked
             self._check_records(self.registry.with_blocks())
 
@@ -924,8 +958,9 @@ class ClaimArbiter:
         queue order to put them back in."""
         self.step += 1
         self._expire_due()
-        if self.registry.protected_blocks == 0 and not self._deferred:
-            return [], {}
+        protected = self.registry.protected_blocks
+        if not self._deferred and protected + self._largest_request_blocks <= self.usable_blocks:
+            return [], {}  # even the largest request the engine takes fits beside the protected blocks
         budget = self._s.max_num_active_reqs - len(self._s.running)
         version = self.registry.version
         deferred_left = len(self._deferred)
@@ -1082,22 +1117,25 @@ class ClaimArbiter:
 
     def after_schedule(self, output: Any) -> None:
         """Report first admissions (and re-admissions after a deferral), and claim reuse."""
-        admitted = [data.req_id for data in output.scheduled_new_reqs]
-        admitted += [r for r in output.scheduled_cached_reqs.resumed_req_ids]
-        hits = {data.req_id: data.num_computed_tokens for data in output.scheduled_new_reqs}
-        for request_id in admitted:
-            book = self._books.get(request_id)
-            if book is None:
-                continue
-            request = self._s.requests[request_id]
-            if book.phase is not RequestPhase.admitted:
-                self.admit(request, book, hits.get(request_id, 0) // self.block_size)
-            if book.attached is not None and request_id in hits:
-                hit_blocks = hits[request_id] // self.block_size
-                if self.hybrid is None or not self.hybrid.defers_reuse(request, hit_blocks):
-                    self.report_reuse(request, book, hit_blocks)
+        for data in output.scheduled_new_reqs:
+            self._scheduled(data.req_id, data.num_computed_tokens // self.block_size)
+        for request_id in output.scheduled_cached_reqs.resumed_req_ids:
+            self._scheduled(request_id, None)
         if self.offload is not None:
             self.offload.after_schedule()
+
+    def _scheduled(self, request_id: str, hit_blocks: int | None) -> None:
+        """vLLM scheduled `request_id`: first (with `hit_blocks` prefix-cache hit blocks) or
+        resumed after a preemption (None)."""
+        book = self._books.get(request_id)
+        if book is None:
+            return
+        request = self._s.requests[request_id]
+        if book.phase is not RequestPhase.admitted:
+            self.admit(request, book, hit_blocks or 0)
+        if book.attached is not None and hit_blocks is not None:
+            if self.hybrid is None or not self.hybrid.defers_reuse(request, hit_blocks):
+                self.report_reuse(request, book, hit_blocks)
 
     def book_of(self, request_id: str) -> RequestBook | None:
         """The live request's book (changes nothing)."""
@@ -1126,11 +1164,12 @@ class ClaimArbiter:
         (counted as theirs). Not the peak: vLLM admits a request whose peak exceeds the pool
         and preempts later; the admission holds only what was allocated."""
         allocated = 0
-        for manager in self._s.kv_cache_manager.coordinator.single_type_managers:
+        managers = self._s.kv_cache_manager.coordinator.single_type_managers
+        for manager, skips in zip(managers, self._group_skips, strict=True):
             # A request's block list holds each block once (groups allocate distinct blocks);
-            # only the null block (skipped positions) repeats.
+            # only the null block, at positions a sliding-window or state group skips, repeats.
             blocks = manager.req_to_blocks.get(request.request_id, ())
-            allocated += len(blocks) - sum(map(_IS_NULL, blocks))
+            allocated += len(blocks) - sum(map(_IS_NULL, blocks)) if skips else len(blocks)
         credited = self.registry.overlap(request.block_hashes, book.sourced).credited
         return allocated - min(credited, allocated)
 
@@ -1184,13 +1223,17 @@ class ClaimArbiter:
         """A model step was applied: report blocks claims lost (watched ones), hold what the
         feeders computed (claims may materialize), report finished requests, and hand vLLM
         the outputs of requests refused since the last step."""
-        self.check_blocks(pinned=False)
-        self._advance_all()
-        self._drain_finished()
-        self._order_soft_evictions()
-        for client_index, output in self._refusals:
-            outputs.setdefault(client_index, EngineCoreOutputs()).outputs.append(output)
-        self._refusals.clear()
+        if self.registry.claims:
+            self.check_blocks(pinned=False)
+            if self._materializing:
+                self._advance_all()
+            self._order_soft_evictions()
+        if self._finished:
+            self._drain_finished()
+        if self._refusals:
+            for client_index, output in self._refusals:
+                outputs.setdefault(client_index, EngineCoreOutputs()).outputs.append(output)
+            self._refusals.clear()
         self._note_claims(outputs)
 
     def _order_soft_evictions(self) -> None:
@@ -1215,17 +1258,11 @@ class ClaimArbiter:
         notes = self._claim_notes
         if not notes:
             return
-        unseen = len(notes)
         for batch in outputs.values():
-            for output in batch.outputs:
-                note = notes.get(output.request_id)
-                if note is not None:
-                    if output.finished and output.stop_reason is None:
-                        output.stop_reason = note
-                    unseen -= 1
-                    if not unseen:  # every note placed: the other outputs need no look
-                        notes.clear()
-                        return
+            noted = compress(batch.outputs, map(notes.__contains__, map(_REQUEST_ID, batch.outputs)))
+            for output in noted:
+                if output.finished and output.stop_reason is None:
+                    output.stop_reason = notes[output.request_id]
         notes.clear()
 
     def on_request_finishing(self, request: Request) -> None:
@@ -1306,6 +1343,7 @@ class ClaimArbiter:
 
 
 _BLOCK_KEY = attrgetter("_block_hash")
+_REQUEST_ID = attrgetter("request_id")
 _IS_NULL = attrgetter("is_null")
 
 

@@ -55,7 +55,7 @@ class EventSink(Protocol):
     def emit(self, event_type: type[_Event], **fields: Any) -> None: ...
 
     def record(self, event_type: type[_Event], fields: dict[str, Any]) -> None:
-        """`emit` with the fields as a dict the sink may keep (the hot path: no copy)."""
+        """`emit` for a caller that stamped `t_ns`, with the fields as a dict the sink may keep."""
 
     def flush(self) -> None: ...
 
@@ -159,29 +159,23 @@ class TraceSink:
         return self._file.failure
 
     @property
-    def next_seq(self) -> int:
-        return self._seq
-
-    @property
     def closed(self) -> bool:
         return self._file.closed
 
     def emit(self, event_type: type[_Event], **fields: Any) -> None:
-        """Queue one event under the next seq; it is validated against its trace v1 model when
-        written (an invalid one fails the sink: see the module docstring)."""
+        """Queue one event under the next seq, stamped now unless `t_ns` is given; it is
+        validated against its trace v1 model when written (an invalid one fails the sink: see
+        the module docstring). Nothing is kept once the sink is closed or failed."""
+        if "t_ns" not in fields:
+            fields["t_ns"] = time.time_ns()
         self.record(event_type, fields)
 
     def record(self, event_type: type[_Event], fields: dict[str, Any]) -> None:
-        """`emit` with the fields as a dict the sink keeps (the hot path: no copy); stamps
-        `t_ns` unless the caller did (the arbiter stamps its own clock)."""
-        file = self._file
-        if file.closed or file.failure is not None:
-            return
+        """`emit` for a caller that stamped `t_ns` itself, with the fields as a dict the sink
+        keeps (the arbiter's hot path: no copy)."""
         fields["seq"] = seq = self._seq
-        if "t_ns" not in fields:
-            fields["t_ns"] = time.time_ns()
-        file.append((event_type, fields), seq)
         self._seq = seq + 1
+        self._file.append((event_type, fields), seq)
 
     def flush(self) -> None:
         """Hand queued lines to the file (the flusher thread syncs them to the OS)."""
