@@ -30,6 +30,7 @@ import argparse
 import gc
 import os
 import random
+import shutil
 import statistics
 import tempfile
 import time
@@ -132,6 +133,7 @@ def run_once(variant: str, arrivals: list[list[dict[str, Any]]], async_schedulin
             timed += CLOCK() - start
         steps += 1
     lane.close()
+    shutil.rmtree(trace_dir, ignore_errors=True)
     return timed / steps
 
 
