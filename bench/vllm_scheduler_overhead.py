@@ -2,29 +2,35 @@
 
     .venv/bin/python bench/vllm_scheduler_overhead.py [--steps 400] [--repeat 5] [--async] [--cpu]
 
-One synthetic workload (seeded): requests share a few system-prompt prefixes (32-96 blocks)
-followed by unique text, arrive every step, and generate 16-96 tokens; 2048-block pool, up to
-64 running requests, 2048 tokens per step. The same workload runs on:
+One synthetic workload (seeded): one request per system prompt (32-96 blocks) first, then
+requests that share those prefixes followed by unique text, arrive every step, and generate
+16-96 tokens; 2048-block pool, up to 64 running requests, 2048 tokens per step. The same
+requests run on:
 
 - stock:          vLLM's `Scheduler` (or `AsyncScheduler` with --async), no binding;
 - binding:        `ClaimScheduler`, no claim metadata (the hooks alone);
-- binding+claims: `ClaimScheduler`; the system prompts are hard_protected and best_effort
-                  claims and a third of the requests attach to them;
-- +trace:         binding+claims writing kvclaims trace v1 to a file.
+- binding+claims: `ClaimScheduler`; the system-prompt requests submit hard_protected and
+                  best_effort claims and a third of the requests attach to them;
+- +trace:         binding+claims writing kvclaims trace v1 to a file (validated and serialized
+                  on the trace file's flusher thread, whose CPU time --cpu does not count: it
+                  is off the scheduler's critical path; the wall clock shows what it costs
+                  where the two compete for the GIL).
 
 For each, the time of `schedule()` + `update_from_output()` per engine step (the fabricated
 model output is built outside the timed region), as the median over --repeat interleaved
 runs (machine noise hits all variants alike), and the minimum (noise only ever adds time, so
 the minimum ratio estimates the intrinsic overhead); --cpu times the thread's CPU time instead
-of the wall clock. Prints absolute per-step times and ratios against stock; the target is
-<= 1.10x. Nothing is asserted.
+of the wall clock. Prints absolute per-step times and ratios against stock; the target
+(issue 18) is <= 1.03x, median and minimum, sync and async. Nothing is asserted.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import os
 import random
+import shutil
 import statistics
 import tempfile
 import time
@@ -86,18 +92,14 @@ def run_once(variant: str, arrivals: list[list[dict[str, Any]]], async_schedulin
     scheduler = lane.scheduler
     prefixes = {name: prompt_tokens(name, blocks * BLOCK) for name, blocks in SYSTEM_PROMPTS.items()}
     claims = variant.startswith("binding+claims")
-    if claims:
-        for number, (name, tokens) in enumerate(prefixes.items()):
-            mode = "hard_protected" if number < 2 else "best_effort"
-            lane.add(
-                f"claim-{name}",
-                tokens,
-                extra_args={
-                    "kvclaims_claim_id": name,
-                    "kvclaims_mode": mode,
-                    "kvclaims_footprint_blocks": SYSTEM_PROMPTS[name],
-                },
-            )
+    for number, (name, tokens) in enumerate(prefixes.items()):
+        mode = "hard_protected" if number < 2 else "best_effort"
+        terms = {
+            "kvclaims_claim_id": name,
+            "kvclaims_mode": mode,
+            "kvclaims_footprint_blocks": SYSTEM_PROMPTS[name],
+        }
+        lane.add(f"claim-{name}", tokens, extra_args=terms if claims else None)
     timed = 0
     steps = 0
     in_flight = None
@@ -131,6 +133,7 @@ def run_once(variant: str, arrivals: list[list[dict[str, Any]]], async_schedulin
             timed += CLOCK() - start
         steps += 1
     lane.close()
+    shutil.rmtree(trace_dir, ignore_errors=True)
     return timed / steps
 
 
@@ -165,7 +168,8 @@ def main() -> None:
         f"vLLM {vllm.__version__} {kind}, {args.steps} steps x {args.repeat} interleaved repeats, "
         f"seed {args.seed}"
     )
-    print(f"clock: {'thread CPU time' if args.cpu else 'wall'}")
+    clock = "thread CPU time" if args.cpu else "wall"
+    print(f"clock: {clock}; load average {os.getloadavg()[0]:.2f} at the end")
     print(f"{'variant':<24}{'median (us)':>13}{'min (us)':>10}{'ratio (median)':>16}{'ratio (min)':>13}")
     best = min(samples["stock"])
     for variant in variants:
@@ -174,7 +178,7 @@ def main() -> None:
             f"{variant:<24}{median / 1000:>13.1f}{low / 1000:>10.1f}"
             f"{median / stock:>15.3f}x{low / best:>12.3f}x"
         )
-    print("target: binding variants <= 1.10x stock")
+    print("target: binding variants <= 1.03x stock (median and min)")
 
 
 if __name__ == "__main__":

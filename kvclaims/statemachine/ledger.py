@@ -198,6 +198,11 @@ class _Deadlines:
         self._armed[claim.claim_id] = at
         heapq.heappush(self._heap, (at, claim.accepted_order, claim.claim_id))
 
+    def any_due(self, now: float) -> bool:
+        """Whether an entry (perhaps a stale one) is at or before `now` (changes nothing)."""
+        heap = self._heap
+        return bool(heap) and heap[0][0] <= now
+
     def pop_due(self, now: float) -> Iterator[str]:
         heap, armed = self._heap, self._armed
         while heap and heap[0][0] <= now:
@@ -315,10 +320,18 @@ class ClaimLedger:
         if ms is not None:
             self._by_ms.arm(claim, ms)
 
+    @property
+    def armed(self) -> bool:
+        """Whether any expiry deadline is armed (perhaps one re-armed since: `due` may still
+        find nothing); changes nothing."""
+        return bool(self._by_step._heap or self._by_ms._heap)
+
     def due(self, step: int, now_ms: float | None = None) -> list[Claim]:
         """Claims whose deadline is at or before `step` (or `now_ms`) and that may still
         expire, in deadline then acceptance order; their deadlines are consumed. The caller
         reports each expiry and steps `expire`."""
+        if not self._by_step.any_due(step) and (now_ms is None or not self._by_ms.any_due(now_ms)):
+            return []  # the common case, every engine step
         ids = list(self._by_step.pop_due(step))
         if now_ms is not None:
             ids += self._by_ms.pop_due(now_ms)

@@ -35,6 +35,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import attrgetter
 from typing import Any
 
 from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
@@ -134,9 +136,15 @@ def layout_problem(scheduler: Any) -> str | HybridLayout | None:
         layout = hybrid_layout(scheduler)
         return layout if isinstance(layout, str) else _hashing_problem(scheduler) or layout
     spec = groups[0].kv_cache_spec
-    if type(spec) is not FullAttentionSpec or spec.sliding_window or spec.attention_chunk_size:
+    if _may_skip_positions(spec):
         return f"KV cache spec {type(spec).__name__} is not plain full attention"
     return _hashing_problem(scheduler)
+
+
+def _may_skip_positions(spec: Any) -> bool:
+    """Whether a KV cache group's spec is other than plain full attention (sliding window,
+    chunked attention, recurrent state: positions it skips hold vLLM's null block)."""
+    return type(spec) is not FullAttentionSpec or bool(spec.sliding_window or spec.attention_chunk_size)
 
 
 def _hashing_problem(scheduler: Any) -> str | None:
@@ -188,6 +196,8 @@ class RequestBook:
 
     @property
     def feeds(self) -> list[str]:
+        if not (self.sourced or self.attached or self.restores):
+            return []
         attached = [self.attached] if self.attached else []
         return list(dict.fromkeys([*self.sourced, *attached, *self.restores]))
 
@@ -213,6 +223,14 @@ class ClaimArbiter:
         self._pool = scheduler.kv_cache_manager.block_pool
         self.block_size: int = scheduler.block_size
         self.usable_blocks: int = self._pool.num_gpu_blocks - 1  # block 0 is vLLM's null block
+        self._largest_request_blocks = peak_live_blocks(
+            prompt_tokens=scheduler.max_model_len,
+            max_tokens=1,
+            block_size=self.block_size,
+            max_model_len=scheduler.max_model_len,
+            lookahead_tokens=scheduler.num_lookahead_tokens,
+        )
+        """The live blocks of a request at the model length: no request needs more."""
         layout = layout_problem(scheduler)
         self.unsupported = layout if isinstance(layout, str) else None
         self.hybrid = (
@@ -221,6 +239,11 @@ class ClaimArbiter:
         """Two-key claims' checkpoints (hybrid models only)."""
         self.kv_group = layout.kv_group if isinstance(layout, HybridLayout) else 0
         """The KV cache group whose block hashes are claims' identity."""
+        self._group_skips = [
+            _may_skip_positions(group.kv_cache_spec) for group in scheduler.kv_cache_config.kv_cache_groups
+        ]
+        """Per KV cache group, whether its block lists may hold the null block (full attention
+        never skips a position)."""
         self.registry = ClaimRegistry(
             usable_blocks=self.usable_blocks,
             protected_fraction=config.protected_fraction,
@@ -285,12 +308,16 @@ class ClaimArbiter:
     def now_ns(self) -> int:
         """The clock now, never earlier than a time already stamped or armed (a wall clock
         stepped back must not make an expiry look early)."""
-        self._last_ns = max(self._last_ns, self.clock())
+        now = self.clock()
+        if now > self._last_ns:
+            self._last_ns = now
+            return now
         return self._last_ns
 
     def _emit(self, event_type: type[_Event], **fields: Any) -> None:
-        if self.sink.enabled:
-            self.sink.emit(event_type, engine_step=self.step, t_ns=self.now_ns(), **fields)
+        sink = self.sink
+        if sink.enabled:
+            sink.record(event_type, {"engine_step": self.step, "t_ns": self.now_ns(), **fields})
 
     emit = _emit
     """Emit one trace event at the current engine step (for the arbiter's helpers)."""
@@ -556,7 +583,7 @@ class ClaimArbiter:
         record = ClaimRecord(
             claim=claim,
             hashes=hashes,
-            keys=tuple(make_block_hash_with_group_id(h, self.kv_group) for h in hashes),
+            keys=[make_block_hash_with_group_id(h, self.kv_group) for h in hashes],
             source_request_id=request.request_id,
             accepted_step=self.step,
             required_blocks=predicate.required_blocks(self.block_size),
@@ -706,8 +733,12 @@ class ClaimArbiter:
             self.ledger.expire_at(record, ms=self.now_ns() / _NS_PER_MS + claim.duration_ms)
 
     def _expire_due(self) -> None:
+        if not self.ledger.armed:
+            return
         now_ms = self.now_ns() / _NS_PER_MS
         due = self.ledger.due(self.step, now_ms)
+        if not due:
+            return
         waiting_jobs = {
             b.job for b in self._books.values() if b.job is not None and b.phase is not RequestPhase.admitted
         }
@@ -727,6 +758,9 @@ class ClaimArbiter:
         """Hold every further leading block `request` has computed and cached for the claim."""
         if not record.responsible:
             return
+        if record.held_count == len(record.slots) and record.phase is not Phase.accepted:
+            self._materializing.discard(record)  # every position held, materialized: nothing to do
+            return
         blocks = self._request_blocks(request.request_id)
         computed = (request.num_computed_tokens - request.num_in_flight_tokens) // self.block_size
         limit = min(len(record.slots), computed, len(blocks))
@@ -736,11 +770,13 @@ class ClaimArbiter:
             if record.slots[position] is not None:
                 continue
             block = blocks[position]
-            if block.is_null or block.block_hash != record.keys[position]:
+            key = block.block_hash
+            if block.is_null or key != record.keys[position]:
                 break
             if record.protected:
                 self._pool.touch([block])
             record.hold(position, block)
+            record.keys[position] = key  # the same key, as the block's own object (see `_lost`)
             stored.append(position)
         if stored and record.protected:
             self.registry.pins_changed()
@@ -813,7 +849,9 @@ class ClaimArbiter:
         """
         pinned = pinned or self._pins_suspect or self.step % PINNED_SWEEP_STEPS == 0
         self._pins_suspect = False
-        self._check_records([r for r in self.registry.with_blocks() if pinned or not r.protected])
+        holders = [r for r in self.registry.claims.values() if r.held_count and (pinned or not r.protected)]
+        if holders:
+            self._check_records(holders)
 
     def check_claim(self, record: ClaimRecord) -> None:
         """Report now any block the claim lost (e.g. before a restoration is reported)."""
@@ -836,6 +874,8 @@ class ClaimArbiter:
         self._materializing.add(record)
 
     def _check_record(self, record: ClaimRecord) -> None:
+        if record.protected and not self._pins_suspect:
+            return  # pinned blocks lose their keys only where pins are marked suspect (`check_blocks`)
         if _lost(record):  # the lost block may be shared: every claim holding one is checked
             self._check_records(self.registry.with_blocks())
 
@@ -918,8 +958,9 @@ class ClaimArbiter:
         queue order to put them back in."""
         self.step += 1
         self._expire_due()
-        if self.registry.protected_blocks == 0 and not self._deferred:
-            return [], {}
+        protected = self.registry.protected_blocks
+        if not self._deferred and protected + self._largest_request_blocks <= self.usable_blocks:
+            return [], {}  # even the largest request the engine takes fits beside the protected blocks
         budget = self._s.max_num_active_reqs - len(self._s.running)
         version = self.registry.version
         deferred_left = len(self._deferred)
@@ -957,6 +998,12 @@ class ClaimArbiter:
         if book.checked_version == self.registry.version and not book.held_back:
             return "admit"
         peak = self._peak_blocks(request)
+        if self.registry.protected_blocks + peak <= self.usable_blocks:
+            # Fits even if it shared no block with a claim (the common case: no overlap or
+            # proof to build; the proof below could only find no shortfall either).
+            book.checked_version = self.registry.version
+            self._end_deferral(request.request_id, book)
+            return "admit"
         overlap = self.registry.overlap(request.block_hashes, book.sourced)
         proof = CapacityProof(self.registry.protected_blocks, peak - overlap.credited, self.usable_blocks)
         if proof.capacity_shortfall_blocks == 0 or peak > self.usable_blocks:
@@ -1070,22 +1117,25 @@ class ClaimArbiter:
 
     def after_schedule(self, output: Any) -> None:
         """Report first admissions (and re-admissions after a deferral), and claim reuse."""
-        admitted = [data.req_id for data in output.scheduled_new_reqs]
-        admitted += [r for r in output.scheduled_cached_reqs.resumed_req_ids]
-        hits = {data.req_id: data.num_computed_tokens for data in output.scheduled_new_reqs}
-        for request_id in admitted:
-            book = self._books.get(request_id)
-            if book is None:
-                continue
-            request = self._s.requests[request_id]
-            if book.phase is not RequestPhase.admitted:
-                self.admit(request, book, hits.get(request_id, 0) // self.block_size)
-            if book.attached is not None and request_id in hits:
-                hit_blocks = hits[request_id] // self.block_size
-                if self.hybrid is None or not self.hybrid.defers_reuse(request, hit_blocks):
-                    self.report_reuse(request, book, hit_blocks)
+        for data in output.scheduled_new_reqs:
+            self._scheduled(data.req_id, data.num_computed_tokens // self.block_size)
+        for request_id in output.scheduled_cached_reqs.resumed_req_ids:
+            self._scheduled(request_id, None)
         if self.offload is not None:
             self.offload.after_schedule()
+
+    def _scheduled(self, request_id: str, hit_blocks: int | None) -> None:
+        """vLLM scheduled `request_id`: first (with `hit_blocks` prefix-cache hit blocks) or
+        resumed after a preemption (None)."""
+        book = self._books.get(request_id)
+        if book is None:
+            return
+        request = self._s.requests[request_id]
+        if book.phase is not RequestPhase.admitted:
+            self.admit(request, book, hit_blocks or 0)
+        if book.attached is not None and hit_blocks is not None:
+            if self.hybrid is None or not self.hybrid.defers_reuse(request, hit_blocks):
+                self.report_reuse(request, book, hit_blocks)
 
     def book_of(self, request_id: str) -> RequestBook | None:
         """The live request's book (changes nothing)."""
@@ -1113,11 +1163,15 @@ class ClaimArbiter:
         prefix hits, the scheduled chunk, lookahead), less those credited to protected claims
         (counted as theirs). Not the peak: vLLM admits a request whose peak exceeds the pool
         and preempts later; the admission holds only what was allocated."""
-        null = self._pool.null_block.block_id
-        allocated = {b for group in self._s.kv_cache_manager.get_block_ids(request.request_id) for b in group}
-        allocated.discard(null)
+        allocated = 0
+        managers = self._s.kv_cache_manager.coordinator.single_type_managers
+        for manager, skips in zip(managers, self._group_skips, strict=True):
+            # A request's block list holds each block once (groups allocate distinct blocks);
+            # only the null block, at positions a sliding-window or state group skips, repeats.
+            blocks = manager.req_to_blocks.get(request.request_id, ())
+            allocated += len(blocks) - sum(map(_IS_NULL, blocks)) if skips else len(blocks)
         credited = self.registry.overlap(request.block_hashes, book.sourced).credited
-        return len(allocated) - min(credited, len(allocated))
+        return allocated - min(credited, allocated)
 
     def report_reuse(
         self,
@@ -1169,18 +1223,24 @@ class ClaimArbiter:
         """A model step was applied: report blocks claims lost (watched ones), hold what the
         feeders computed (claims may materialize), report finished requests, and hand vLLM
         the outputs of requests refused since the last step."""
-        self.check_blocks(pinned=False)
-        self._advance_all()
-        self._drain_finished()
-        self._order_soft_evictions()
-        for client_index, output in self._refusals:
-            outputs.setdefault(client_index, EngineCoreOutputs()).outputs.append(output)
-        self._refusals.clear()
+        if self.registry.claims:
+            self.check_blocks(pinned=False)
+            if self._materializing:
+                self._advance_all()
+            self._order_soft_evictions()
+        if self._finished:
+            self._drain_finished()
+        if self._refusals:
+            for client_index, output in self._refusals:
+                outputs.setdefault(client_index, EngineCoreOutputs()).outputs.append(output)
+            self._refusals.clear()
         self._note_claims(outputs)
 
     def _order_soft_evictions(self) -> None:
         """Reorder vLLM's free queue so soft_priority claims lose blocks lowest priority first
         (`soft_priority`); unclaimed free blocks keep their LRU positions."""
+        if not self.registry.holds_mode(ProtectionMode.soft_priority):
+            return
         rank_of: dict[int, SoftRank] = {}
         for record in self.registry.with_blocks():
             if record.mode is ProtectionMode.soft_priority:
@@ -1196,13 +1256,14 @@ class ClaimArbiter:
         `stop_reason`, which vLLM's OpenAI server returns as the choice's `stop_reason`. A stop
         token or string keeps its own reason (the trace still has the outcome)."""
         notes = self._claim_notes
-        if notes:
-            for batch in outputs.values():
-                for output in batch.outputs:
-                    note = notes.get(output.request_id)
-                    if note is not None and output.finished and output.stop_reason is None:
-                        output.stop_reason = note
-            notes.clear()
+        if not notes:
+            return
+        for batch in outputs.values():
+            noted = compress(batch.outputs, map(notes.__contains__, map(_REQUEST_ID, batch.outputs)))
+            for output in noted:
+                if output.finished and output.stop_reason is None:
+                    output.stop_reason = notes[output.request_id]
+        notes.clear()
 
     def on_request_finishing(self, request: Request) -> None:
         """Last moment the request's blocks are reachable: let it feed its claims, then book
@@ -1281,12 +1342,24 @@ class ClaimArbiter:
         return frozenset(self._deferred)
 
 
+_BLOCK_KEY = attrgetter("_block_hash")
+_REQUEST_ID = attrgetter("request_id")
+_IS_NULL = attrgetter("is_null")
+
+
 def _lost(record: ClaimRecord) -> list[tuple[int, Any]]:
-    """The claim's held blocks that no longer carry its cache key, by position."""
+    """The claim's held blocks that no longer carry its cache key, by position.
+
+    Runs every step for every watched claim. A claim holding all its positions is first
+    compared whole, in C: its keys are the very objects its blocks carried when held (`_advance`),
+    so the comparison is by identity until vLLM evicts or re-keys a block."""
     keys = record.keys
+    slots = record.slots
+    if record.held_count == len(slots) and list(map(_BLOCK_KEY, slots)) == keys:
+        return []
     return [
         (position, block)
-        for position, block in enumerate(record.slots)
+        for position, block in enumerate(slots)
         if block is not None and block._block_hash != keys[position]
     ]
 

@@ -309,7 +309,13 @@ class ClaimOffload:
         if verdict.exhausted and control is None:
             # The fail-closed outcome first; the note of what failed is context, after it.
             self._fail_closed(
-                job, verdict.exhausted, verdict.attempts, failure, received_mono_ns, request if live else None
+                job,
+                trace_id,
+                verdict.exhausted,
+                verdict.attempts,
+                failure,
+                received_mono_ns,
+                request if live else None,
             )
         if failure.injected:
             arbiter.emit(
@@ -335,6 +341,7 @@ class ClaimOffload:
     def _fail_closed(
         self,
         job: LoadJob,
+        trace_id: str,
         claims: tuple[str, ...],
         attempts: int,
         failure: FailedLoad,
@@ -344,7 +351,6 @@ class ClaimOffload:
         """The claim-scoped outcome, then the fail-closed refusal, before vLLM's handling (the
         two events first: bookkeeping that does not decide them waits until they are out)."""
         arbiter = self.arbiter
-        trace_id = self.arbiter.trace_id(job.request_id)
         for claim_id in claims:
             arbiter.emit(
                 ResidentClaimRestorationFailed,

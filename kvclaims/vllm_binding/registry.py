@@ -23,8 +23,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from kvclaims.spec.claims import HybridTwoKey, ResidentClaimInput
 from kvclaims.spec.tables import OFFLOAD_MODES, PRESERVING_MODES
@@ -48,7 +47,8 @@ class ClaimRecord(Claim):
     pinned while the claim is protected, only watched otherwise, or None) plus its identity on
     this engine: `hashes[i]` is the request-level hash of prefix block i, `keys[i]` the cache
     key a block carries while it holds that prefix; `feeders` are the requests whose blocks it
-    may hold."""
+    may hold. `keys` is a list: a held position's entry is the key object its block carries
+    (equal to the computed one; the arbiter's loss check then compares by identity)."""
 
     __slots__ = ("accepted_step", "claim", "feeders", "hashes", "keys", "priority", "source_request_id")
 
@@ -57,7 +57,7 @@ class ClaimRecord(Claim):
         *,
         claim: ResidentClaimInput,
         hashes: tuple[Any, ...],
-        keys: tuple[Any, ...],
+        keys: list[Any],
         source_request_id: str,
         accepted_step: int,
         required_blocks: int,
@@ -128,8 +128,7 @@ def agreement(left: Sequence[Any], right: Sequence[Any]) -> int:
     return low
 
 
-@dataclass(frozen=True)
-class Overlap:
+class Overlap(NamedTuple):
     """A request's leading blocks shared with protected claims.
 
     The request's first `shared` blocks are blocks of protected claims; the first `credited`
@@ -137,6 +136,7 @@ class Overlap:
     request's own claim's blocks, which its computation produces); the rest (`pending`) belong
     to claims not yet materialized that far, which the request would have to compute itself.
     `depths` maps each protected claim on the request's chain to its agreement with it.
+    (A named tuple: one is built for every admission decision.)
     """
 
     prefix: Sequence[Any]
@@ -184,6 +184,7 @@ class ClaimRegistry:
         self._decided: set[str] = set()
         self._decided_by_owner: Counter[str] = Counter()
         self._held_by_owner: Counter[str] = Counter()
+        self._held_by_mode: Counter[ProtectionMode] = Counter()
         self._protected: Counter[Any] = Counter()
         self._owner_protected: dict[str, Counter[Any]] = {}
         self._by_first_hash: dict[Any, list[ClaimRecord]] = {}
@@ -247,6 +248,7 @@ class ClaimRegistry:
         pinned mode protects); a protected claim's hashes join the protected index."""
         self.decide(record.claim_id, record.owner)
         self._held_by_owner[record.owner] += 1
+        self._held_by_mode[record.mode] += 1
         self.ledger.submit(record)
         self.ledger.accept(record, protects=record.mode in PINNED_MODES)
         if record.hashes:
@@ -261,6 +263,7 @@ class ClaimRegistry:
             self._held_by_owner[record.owner] -= 1
             if self._held_by_owner[record.owner] <= 0:
                 del self._held_by_owner[record.owner]
+            self._held_by_mode[record.mode] -= 1
         self.ledger.forget(record)
         siblings = self._by_first_hash.get(record.hashes[0], [])
         if record in siblings:
@@ -339,6 +342,10 @@ class ClaimRegistry:
         for record in records:
             removed.update(record.hashes)
         return frozenset(k for k, n in removed.items() if self._protected.get(k, 0) <= n)
+
+    def holds_mode(self, mode: ProtectionMode) -> bool:
+        """Whether a held claim has protection mode `mode` (changes nothing)."""
+        return self._held_by_mode[mode] > 0
 
     def with_blocks(self) -> list[ClaimRecord]:
         """Claims holding or watching at least one physical block."""

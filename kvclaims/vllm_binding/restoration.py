@@ -19,6 +19,7 @@ of an open pair never exceed `max_attempts`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
 @dataclass(frozen=True)
@@ -32,9 +33,9 @@ class LoadJob:
     num_blocks: int
 
 
-@dataclass(frozen=True)
-class FailureVerdict:
-    """What one failed load means for each restoration it carried."""
+class FailureVerdict(NamedTuple):
+    """What one failed load means for each restoration it carried (a named tuple: built on the
+    failure-to-outcome path)."""
 
     exhausted: tuple[str, ...] = ()
     """Claims whose restoration for this request has used every attempt: outcome due."""

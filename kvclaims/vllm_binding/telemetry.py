@@ -1,20 +1,23 @@
 """The engine's trace sink: kvclaims trace v1 (NDJSON) with one sequence counter.
 
-Events are built (and so validated) with the `kvclaims.spec.trace` models when emitted, so
-every line the engine writes conforms to the committed schema; they are numbered in emission
-order and queued as validated models in the trace file (`kvclaims.spec.tracefile.TraceFile`),
-which serializes them in batches (an emit on a hot path, such as a fail-closed refusal, costs a
-validation, not a serialization). The scheduler emits only where its state is consistent
-(around vLLM's entry points) and calls `flush()` when an outermost entry point returns; the
-trace file's flusher thread gets those lines to the operating system at most
-`tracefile.FLUSH_SECONDS` later, also on an idle engine. `close(reason)` ends
-the trace with `trace_closed`; a crash or a kill leaves a trace without it, which refinement
-reports as truncated. Lines are never reordered.
+Every event is validated against its `kvclaims.spec.trace` model before it is written, so
+every line the engine writes conforms to the committed schema. Emitting only numbers the event
+(emission order) and queues its fields in the trace file (`kvclaims.spec.tracefile.TraceFile`);
+validation and serialization run on the trace file's flusher thread, in batches, off the
+scheduler's critical path (an emit on a hot path, such as a fail-closed refusal, costs an
+append). The fields are read there later: emitters pass values nobody changes afterwards
+(numbers, strings, fresh lists, frozen models). The scheduler emits only where its state is
+consistent (around vLLM's entry points) and calls `flush()` when an outermost entry point
+returns; the flusher gets those lines to the operating system at most
+`tracefile.FLUSH_SECONDS` later, also on an idle engine. `close(reason)` writes everything
+queued and ends the trace with `trace_closed`; a crash or a kill leaves a trace without it,
+which refinement reports as truncated. Lines are never reordered.
 
-A trace that cannot be written (it cannot be opened, or the OS refuses a write: a full disk, a
-file-size limit) makes the sink `failure`d: the binding then rejects new claims with that
-reason (a promise nobody can observe is not made) while vLLM keeps serving requests, and the
-server log says so once.
+A trace that cannot be written (it cannot be opened, the OS refuses a write: a full disk, a
+file-size limit, or an event fails its model's validation: a binding bug) makes the sink
+`failure`d: the binding then rejects new claims with that reason (a promise nobody can observe
+is not made) while vLLM keeps serving requests, and the server log says so once. The file
+keeps the valid lines before the failure and no `trace_closed` (refinement: truncated).
 """
 
 from __future__ import annotations
@@ -33,7 +36,11 @@ logger = logging.getLogger(__name__)
 
 
 def _encode(queued: _Queued) -> bytes:
-    kind, event = queued
+    """Validate one queued event against its model and serialize it (the model's own
+    validator and serializer, called directly: the same as `kind(**fields).model_dump_json(
+    exclude_none=True)` at a third of the cost). Raises the model's `ValidationError`."""
+    kind, fields = queued
+    event = kind.__pydantic_validator__.validate_python(fields)
     return kind.__pydantic_serializer__.to_json(event, exclude_none=True)
 
 
@@ -47,6 +54,9 @@ class EventSink(Protocol):
 
     def emit(self, event_type: type[_Event], **fields: Any) -> None: ...
 
+    def record(self, event_type: type[_Event], fields: dict[str, Any]) -> None:
+        """`emit` for a caller that stamped `t_ns`, with the fields as a dict the sink may keep."""
+
     def flush(self) -> None: ...
 
     def close(self, reason: CloseReason = CloseReason.closed) -> None: ...
@@ -59,6 +69,9 @@ class NullSink:
     failure: str | None = None
 
     def emit(self, event_type: type[_Event], **fields: Any) -> None:
+        del event_type, fields
+
+    def record(self, event_type: type[_Event], fields: dict[str, Any]) -> None:
         del event_type, fields
 
     def flush(self) -> None:
@@ -146,24 +159,23 @@ class TraceSink:
         return self._file.failure
 
     @property
-    def next_seq(self) -> int:
-        return self._seq
-
-    @property
     def closed(self) -> bool:
         return self._file.closed
 
     def emit(self, event_type: type[_Event], **fields: Any) -> None:
-        """Validate one event against its trace v1 model and queue it under the next seq."""
-        if self._file.closed or self._file.failure is not None:
-            return
-        fields["seq"] = self._seq
-        fields.setdefault("t_ns", time.time_ns())  # the arbiter stamps its own clock
-        # The model's own validator, called directly: the same validation as
-        # `event_type(**fields)`, a third the cost.
-        event = event_type.__pydantic_validator__.validate_python(fields)
-        self._file.append((event_type, event), self._seq)
-        self._seq += 1
+        """Queue one event under the next seq, stamped now unless `t_ns` is given; it is
+        validated against its trace v1 model when written (an invalid one fails the sink: see
+        the module docstring). Nothing is kept once the sink is closed or failed."""
+        if "t_ns" not in fields:
+            fields["t_ns"] = time.time_ns()
+        self.record(event_type, fields)
+
+    def record(self, event_type: type[_Event], fields: dict[str, Any]) -> None:
+        """`emit` for a caller that stamped `t_ns` itself, with the fields as a dict the sink
+        keeps (the arbiter's hot path: no copy)."""
+        fields["seq"] = seq = self._seq
+        self._seq = seq + 1
+        self._file.append((event_type, fields), seq)
 
     def flush(self) -> None:
         """Hand queued lines to the file (the flusher thread syncs them to the OS)."""

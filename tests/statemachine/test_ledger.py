@@ -155,14 +155,17 @@ def test_protecting_holds_responsible_protecting_claims_in_acceptance_order() ->
 def test_deadlines_fire_once_in_deadline_then_acceptance_order() -> None:
     ledger = ClaimLedger()
     late, early_a, early_b = (accepted(ledger, name, M.expiring) for name in ("late", "a", "b"))
+    assert not ledger.armed  # nothing to look at (runtimes skip the clock)
     ledger.expire_at(late, step=9)
     ledger.expire_at(early_b, step=5)
     ledger.expire_at(early_a, step=5)
+    assert ledger.armed
     assert ledger.due(4) == []
     assert [c.claim_id for c in ledger.due(5)] == ["a", "b"]
     assert ledger.due(6) == []  # consumed: a deadline fires once
     ledger.advance(late, Event.release)
     assert ledger.due(10) == []  # a released claim may not expire
+    assert not ledger.armed  # every deadline consumed
 
 
 def test_re_arming_a_deadline_replaces_it_by_step_and_by_time() -> None:

@@ -270,6 +270,7 @@ def test_a_trace_that_fills_up_stops_claims_and_stays_truncated(tmp_path: Path, 
     for index in range(40):  # fills the file
         running.add(f"plain-{index}", tokens(f"p{index}", 1))
         running.run()
+    arbiter.sink._file.flush()  # the flusher's pass (it writes every FLUSH_SECONDS): the OS refuses
     running.add(
         "late",
         tokens("l", 2),

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from kvclaims.spec.claims import CacheIdentity, ResidentClaimInput
+from kvclaims.spec.vocabulary import ProtectionMode
 from kvclaims.statemachine.lifecycle import Event
 from kvclaims.vllm_binding.registry import ClaimRecord, ClaimRegistry, agreement
 
@@ -32,7 +33,7 @@ def record(
     return ClaimRecord(
         claim=claim,
         hashes=tuple(hashes),
-        keys=tuple(hashes),
+        keys=list(hashes),
         source_request_id=f"req-{claim_id}",
         accepted_step=0,
         required_blocks=len(hashes),
@@ -64,6 +65,20 @@ def test_protected_blocks_are_distinct_blocks() -> None:
     reg.unprotect(reg.claims["b"])
     reg.ledger.advance(reg.claims["b"], Event.demote)
     assert reg.protected_blocks == 0
+
+
+def test_holds_mode_follows_the_held_claims() -> None:
+    reg = registry()
+    assert not reg.holds_mode(ProtectionMode.soft_priority)
+    soft = record("s", prefix("p", 2), mode="soft_priority")
+    reg.add(soft)
+    reg.add(record("h", prefix("q", 2)))
+    assert reg.holds_mode(ProtectionMode.soft_priority) and reg.holds_mode(ProtectionMode.hard_protected)
+    reg.ledger.advance(soft, Event.release)
+    reg.retire(soft)
+    reg.retire(soft)  # retiring twice counts once
+    assert not reg.holds_mode(ProtectionMode.soft_priority)
+    assert reg.holds_mode(ProtectionMode.hard_protected)
 
 
 def test_best_effort_claims_protect_nothing() -> None:

@@ -1,4 +1,5 @@
-"""The trace writer: header first, validated events, one seq counter, writes on flush."""
+"""The trace writer: header first, validated events, one seq counter, writes on flush; an
+invalid event fails the sink."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
 
 from kvclaims.refinement import check_trace
 from kvclaims.spec.claims import LeadingPrefixAtLeast
@@ -58,11 +58,24 @@ def test_an_idle_sink_reaches_the_file_without_another_call(tmp_path: Path) -> N
     sink.close()
 
 
-def test_an_invalid_event_never_reaches_the_file(tmp_path: Path) -> None:
-    sink = TraceSink.open(tmp_path / "t.ndjson", HEADER)
-    with pytest.raises(ValidationError):
-        sink.emit(ActiveRequestAdmitted, request_id="", active_live_blocks=-1)
-    assert sink.next_seq == 0
+def test_an_invalid_event_fails_the_sink_and_never_reaches_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "t.ndjson"
+    failures: list[str] = []
+    sink = TraceSink.open(path, HEADER)
+    sink._file._on_failure = failures.append
+    sink.emit(ActiveRequestAdmitted, request_id="r", active_live_blocks=3)
+    sink.emit(ActiveRequestAdmitted, request_id="", active_live_blocks=-1)  # a binding bug
+    sink.emit(RequestFinished, request_id="r", status="length")
+    sink.flush()
+    sink.close()  # writes what is queued: the valid event, then the sink fails at the invalid one
+    assert sink.failure == failures[0] == "an event could not be encoded (ValidationError)"
+    assert len(failures) == 1
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [line.get("event") for line in lines[1:]] == ["active_request_admitted"]  # no close
+    verdict = check_trace(path)
+    assert verdict.outcome == "inconclusive" and "truncated" in verdict.reason
+    sink.emit(RequestFinished, request_id="r", status="length")  # a failed sink takes nothing
+    assert path.read_text().count("\n") == 2
 
 
 def test_nothing_is_written_after_close(tmp_path: Path) -> None:
@@ -127,7 +140,7 @@ def test_the_null_sink_is_disabled() -> None:
 )
 def test_each_line_is_the_models_own_json(event_type: type, fields: dict[str, object]) -> None:
     stream = io.BytesIO()
-    sink = TraceSink(stream, HEADER)
+    sink = TraceSink(stream, HEADER, flush_seconds=None)  # no flusher: flush() encodes at once
     sink.emit(event_type, **fields)
     sink.flush()
     line = json.loads(stream.getvalue().splitlines()[1])
@@ -141,7 +154,7 @@ def test_a_new_stream_never_overwrites_the_previous_one(tmp_path: Path) -> None:
     killed = TraceSink.open(path, HEADER)
     killed.emit(ActiveRequestAdmitted, request_id="r", active_live_blocks=3)
     killed.flush()
-    killed._file._sync()  # what the flusher does; then the engine is killed (no close)
+    killed._file.flush()  # what the flusher does; then the engine is killed (no close)
     for _ in range(2):  # two restarts, each with a complete stream
         restarted = TraceSink.open(path, HEADER)
         restarted.emit(ActiveRequestAdmitted, request_id="r", active_live_blocks=3)
