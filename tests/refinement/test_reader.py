@@ -347,3 +347,16 @@ def test_two_swapped_seqs_are_out_of_order_even_when_the_run_spans_a_range() -> 
     assert verdict.outcome is Outcome.invalid
     assert verdict.error_class is ErrorClass.ordering and verdict.finding is not None
     assert (verdict.finding.line, verdict.finding.field) == (5, "seq")
+
+
+def test_a_broken_predicate_inside_a_clean_chunk_is_located() -> None:
+    """The chunk's validator pass runs the model rule on every accepted event, not only the
+    first: a second claim whose predicate gives both blocks and tokens is invalid at its line."""
+    clean = valid_trace().accept("B", blocks=2).admit("r2").ndjson()
+    good = b'"blocks":2}}\n{"seq":8'
+    assert clean.count(good) == 1
+    verdict = check_bytes(clean.replace(good, b'"blocks":2,"tokens":32}}\n{"seq":8'))
+    assert check_bytes(clean).outcome is Outcome.accepted
+    assert verdict.outcome is Outcome.invalid and verdict.finding is not None
+    assert verdict.error_class is ErrorClass.parse and verdict.finding.line == 9
+    assert "exactly one of 'blocks' or 'tokens'" in verdict.finding.message

@@ -171,3 +171,38 @@ def test_a_trace_forcing_exact_counts_at_every_event_runs_out_of_budget(
         _checked(trace)
     verdict = check_bytes(trace.ndjson())  # the driver: undecidable, never a pass or a violation
     assert verdict.outcome is Outcome.inconclusive and "walks over claim blocks" in verdict.reason
+
+
+def _claims_on_one_prefix(claims: int) -> TraceBuilder:
+    """`claims` claims of 2 blocks, all held in the same two device blocks (one cached prefix):
+    their footprints sum past the 4-block pool, so each one that materializes forces an exact
+    count of the distinct blocks the materialized claims hold."""
+    trace = TraceBuilder(usable_blocks=4)
+    for number in range(claims):
+        claim = f"C{number}"
+        trace.accept(claim, blocks=2)
+        for position in range(2):
+            trace.add(
+                "block_stored",
+                block_id=position,
+                block_hash=f"h{position}",
+                claim_id=claim,
+                position=position,
+            )
+    return trace
+
+
+def test_claims_sharing_one_prefix_fit_the_pool_counted_once() -> None:
+    state, violation = _checked(_claims_on_one_prefix(40))
+    assert violation is None and system.finish(state) is None
+    assert state.resident_blocks == 80 > state.usable_blocks  # the bound overcounts; the count does not
+    assert all(claim.phase is Phase.materialized for claim in state.claims.values()) and state.scanned > 0
+
+
+def test_materializing_many_sharing_claims_runs_out_of_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each materialization counts the blocks of every materialized claim: charged, so many
+    claims on one prefix end inconclusive instead of quadratic."""
+    monkeypatch.setattr(system, "SCAN_ALLOWANCE", 1_000)
+    monkeypatch.setattr(system, "SCAN_PER_STEP", 1)
+    with pytest.raises(system.OutOfBudget, match="walks over claim blocks"):
+        _checked(_claims_on_one_prefix(100))
