@@ -206,3 +206,16 @@ def test_materializing_many_sharing_claims_runs_out_of_budget(monkeypatch: pytes
     monkeypatch.setattr(system, "SCAN_PER_STEP", 1)
     with pytest.raises(system.OutOfBudget, match="walks over claim blocks"):
         _checked(_claims_on_one_prefix(100))
+
+
+def test_sharing_claims_whose_distinct_blocks_exceed_the_pool_overcommit_it() -> None:
+    """The twin of the test above: the count is exact in both directions (a block missed by the
+    per-claim index would pass an overcommitted pool)."""
+    trace = _claims_on_one_prefix(2).accept("Z", blocks=3)
+    for position in range(3):
+        trace.add(
+            "block_stored", block_id=10 + position, block_hash=f"z{position}", claim_id="Z", position=position
+        )
+    _, violation = _checked(trace)
+    assert violation is not None and violation.rule is ConformanceRule.capacity_state
+    assert "5 blocks held" in violation.message
