@@ -207,16 +207,26 @@ def test_every_demo_stage_has_one_place_to_run_and_waits_only_for_known_stages()
 def _notes_its_pid(out: Path) -> str:
     import os
 
-    (out / "pid").write_text(str(os.getpid()))
+    (out / "pid.partial").write_text(str(os.getpid()))
+    (out / "pid.partial").rename(out / "pid")  # whole or absent: the other lane polls for it
     return "noted"
 
 
 def _kills_the_noted_process(out: Path) -> str:
+    """Runs beside `_notes_its_pid` (the other lane), so it waits for the pid first, then for
+    that stage's result to reach the scheduler (its lane idle), then kills its process."""
     import os
     import signal
     import time
 
-    os.kill(int((out / "pid").read_text()), signal.SIGKILL)  # idle: its lane is done
+    noted = out / "pid"
+    deadline = time.monotonic() + 60
+    while not noted.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the other lane never noted its pid")
+        time.sleep(0.01)
+    time.sleep(0.5)
+    os.kill(int(noted.read_text()), signal.SIGKILL)
     time.sleep(0.5)
     return "killed it"
 
