@@ -8,10 +8,13 @@ restore cycles, conflicts, demotions, harm, unclaimed block churn), then measure
 
 - decode-only rate: every event line decoded by the same generated msgspec decoder the reader
   uses, chunked exactly as the reader chunks (the floor any NDJSON checker pays);
-- end-to-end rate: `check_trace(path)` (read, decode, validate, check, witnesses);
-- their ratio (end-to-end / decode-only), both timed best-of---repeat, interleaved, so machine
-  noise hits both alike;
-- peak RSS of a fresh process that only checks the trace;
+- end-to-end rate: `check_trace(path)` (read, decode, validate, check, witnesses), as users run
+  it: on a machine with two CPUs or more, a child process reads ahead (decodes and audits the
+  chunks) while this one checks them (`kvclaims.refinement.read_ahead`);
+- the same in one process (`KVCLAIMS_READ_AHEAD=0`), for comparison;
+- their ratios to decode-only, all timed best-of---repeat, interleaved, so machine noise hits
+  them alike;
+- peak RSS of a fresh process that only checks the trace, and of its read-ahead child;
 - with --big: the time to check a --big trace against the --events time (scaling), each the
   best of --big-repeat runs taken alternately.
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import subprocess
 import sys
 import time
@@ -32,6 +36,7 @@ import msgspec
 
 from kvclaims.refinement import check_trace
 from kvclaims.refinement.decoding import event_decoder
+from kvclaims.refinement.read_ahead import ENVIRONMENT, available
 from kvclaims.refinement.reader import CHUNK_BYTES
 from kvclaims.refinement.testing import generate_valid_trace
 from kvclaims.userdirs import cache_directory
@@ -40,15 +45,17 @@ CLOCK = time.perf_counter
 """Wall clock by default; --cpu times process CPU instead (steadier on a shared machine)."""
 
 _RSS_PROBE = (
-    "import sys\n"
+    "import resource, sys\n"
     "from kvclaims.refinement import check_trace\n"
     "verdict = check_trace(sys.argv[1])\n"
     "status = open('/proc/self/status').read()\n"
     "peak = next(line.split()[1] for line in status.splitlines() if line.startswith('VmHWM:'))\n"
-    "print(verdict.outcome.value, peak)\n"
+    "child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+    "print(verdict.outcome.value, peak, child)\n"
 )
 """Peak RSS from VmHWM: unlike ru_maxrss, it starts afresh at exec and is not inherited from
-the (large) benchmark process that forks the probe."""
+the (large) benchmark process that forks the probe. The read-ahead child's is its ru_maxrss
+(forked from the probe, so it counts the probe's pages it shares until then)."""
 
 
 def trace_file(directory: Path, events: int, seed: int) -> Path:
@@ -83,10 +90,14 @@ def decode_only(path: Path) -> tuple[int, float]:
     return count, CLOCK() - started
 
 
-def end_to_end(path: Path) -> tuple[int, float, str]:
-    started = CLOCK()
-    verdict = check_trace(path)
-    return verdict.events, CLOCK() - started, verdict.outcome.value
+def end_to_end(path: Path, *, read_ahead: bool = True) -> tuple[int, float, str]:
+    os.environ[ENVIRONMENT] = "1" if read_ahead else "0"
+    try:
+        started = CLOCK()
+        verdict = check_trace(path)
+        return verdict.events, CLOCK() - started, verdict.outcome.value
+    finally:
+        del os.environ[ENVIRONMENT]
 
 
 def event_mix(path: Path) -> str:
@@ -100,12 +111,13 @@ def event_mix(path: Path) -> str:
     return ", ".join(f"{name} {100 * n / total:.1f}%" for name, n in counts.most_common())
 
 
-def peak_rss_mb(path: Path) -> tuple[str, float]:
+def peak_rss_mb(path: Path) -> tuple[str, float, float]:
+    """The outcome, and the peak RSS (MB) of a process checking `path` and of its child."""
     result = subprocess.run(
         [sys.executable, "-c", _RSS_PROBE, str(path)], capture_output=True, text=True, check=True
     )
-    outcome, kilobytes = result.stdout.split()
-    return outcome, int(kilobytes) / 1024
+    outcome, kilobytes, child = result.stdout.split()
+    return outcome, int(kilobytes) / 1024, int(child) / 1024
 
 
 def main() -> None:
@@ -129,27 +141,36 @@ def main() -> None:
     path = trace_file(args.dir, args.events, args.seed)
     print("event mix:", event_mix(path))
 
-    decode_times, check_times = [], []
+    decode_times, check_times, alone_times = [], [], []
     for _ in range(args.repeat):
         count, seconds = decode_only(path)
         decode_times.append(seconds)
         events, seconds, outcome = end_to_end(path)
         check_times.append(seconds)
-        if outcome != "accepted":
-            raise SystemExit(f"the generated trace was not accepted: {outcome}")
+        _, seconds, alone = end_to_end(path, read_ahead=False)
+        alone_times.append(seconds)
+        if outcome != "accepted" or alone != "accepted":
+            raise SystemExit(f"the generated trace was not accepted: {outcome}, {alone} in one process")
     decode_rate = count / min(decode_times)
     check_rate = events / min(check_times)
-    clock = "process CPU time" if args.cpu else "wall clock"
+    alone_rate = events / min(alone_times)
+    clock = "process CPU time (this process only)" if args.cpu else "wall clock"
     print(
         f"trace: {path} ({events} events, {path.stat().st_size / 1e6:.0f} MB), best of {args.repeat}, {clock}"
     )
     print(f"decode-only: {decode_rate:,.0f} events/s ({min(decode_times):.2f}s)")
-    print(f"end-to-end check: {check_rate:,.0f} events/s ({min(check_times):.2f}s), outcome accepted")
-    print(f"ratio end-to-end / decode-only: {check_rate / decode_rate:.2f}")
-    decodes, checks = [round(t, 2) for t in decode_times], [round(t, 2) for t in check_times]
-    print(f"all runs (s): decode {decodes} check {checks}")
-    outcome, rss = peak_rss_mb(path)
-    print(f"peak RSS of a process checking it: {rss:.0f} MB ({outcome})")
+    ahead = "read ahead by a child process" if available() else "read in one process: read-ahead unavailable"
+    print(f"end-to-end check: {check_rate:,.0f} events/s ({min(check_times):.2f}s), accepted, {ahead}")
+    print(f"end-to-end check in one process: {alone_rate:,.0f} events/s ({min(alone_times):.2f}s)")
+    print(
+        f"ratio end-to-end / decode-only: {check_rate / decode_rate:.2f} "
+        f"(in one process: {alone_rate / decode_rate:.2f})"
+    )
+    decodes = [round(t, 2) for t in decode_times]
+    checks, alones = [round(t, 2) for t in check_times], [round(t, 2) for t in alone_times]
+    print(f"all runs (s): decode {decodes} check {checks} in one process {alones}")
+    outcome, rss, child = peak_rss_mb(path)
+    print(f"peak RSS of a process checking it: {rss:.0f} MB, its read-ahead child {child:.0f} MB ({outcome})")
 
     if args.big:
         big = trace_file(args.dir, args.big, args.seed)
@@ -165,8 +186,10 @@ def main() -> None:
             f"{big_outcome}); {big_seconds / small:.2f}x the {events}-event time "
             f"for {big_events / events:.1f}x the events"
         )
-        outcome, rss = peak_rss_mb(big)
-        print(f"peak RSS checking the big trace: {rss:.0f} MB ({outcome})")
+        outcome, rss, child = peak_rss_mb(big)
+        print(
+            f"peak RSS checking the big trace: {rss:.0f} MB, its read-ahead child {child:.0f} MB ({outcome})"
+        )
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ import functools
 import json
 import os
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -67,6 +68,9 @@ STDIN = Path("-")
 TRACE_SUFFIXES = (".jsonl", ".ndjson", ".msgpack", ".kvevents")
 PROGRESS_MIN_BYTES = 8 * 1024 * 1024
 """Files at least this large get a progress bar (on a terminal only)."""
+
+REFRESH_SECONDS = 0.1
+"""How often a file's progress bar is redrawn (by the check itself: the bar runs no thread)."""
 
 PROGRESS_MIN_TRACES = 8
 """Runs of at least this many traces get a progress bar over the traces (on a terminal only)."""
@@ -372,10 +376,20 @@ class _progress:
             TimeRemainingColumn(),
             console=stderr_console(),
             transient=True,
+            auto_refresh=False,  # no refresh thread: a one-thread process may read ahead
         )
         self._bar.start()
         task = self._bar.add_task("check", total=size)
-        return lambda done: self._bar.update(task, completed=done)
+        shown = 0.0
+
+        def advance(done: int) -> None:
+            nonlocal shown
+            self._bar.update(task, completed=done)
+            if time.monotonic() - shown >= REFRESH_SECONDS:
+                shown = time.monotonic()
+                self._bar.refresh()
+
+        return advance
 
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:

@@ -315,18 +315,39 @@ def _verdict(
 
 
 class _Counting:
-    """A read-through stream that reports how many bytes were read (for progress bars)."""
+    """A read-through stream that reports how far the trace has been read (for progress bars):
+    the bytes read through it, or the position a reader that reads the file by position
+    (`kvclaims.refinement.read_ahead`) has reached (`reached`). It passes a file's descriptor
+    and position through, so that such a reader still recognises the file."""
 
     def __init__(self, stream: IO[bytes], progress: Progress) -> None:
         self._stream = stream
         self._progress = progress
         self._read = 0
+        self._start = _position(stream)
 
     def read(self, size: int = -1) -> bytes:
         data = self._stream.read(size)
         self._read += len(data)
         self._progress(self._read)
         return data
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    def tell(self) -> int:
+        return self._stream.tell()
+
+    def reached(self, position: int) -> None:
+        """The bytes before file offset `position` are read."""
+        self._progress(position - self._start)
+
+
+def _position(stream: IO[bytes]) -> int:
+    try:
+        return stream.tell()
+    except (AttributeError, OSError, ValueError):
+        return 0
 
 
 # --- minimal counterexample prefix ----------------------------------------------------------

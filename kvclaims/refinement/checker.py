@@ -22,7 +22,7 @@ from kvclaims.refinement.decoding import EVENT_STRUCTS
 from kvclaims.refinement.reader import TraceInputError, unknown_event_finding
 from kvclaims.refinement.verdict import Counterexample, ErrorClass, Finding, Witness
 from kvclaims.statemachine import system
-from kvclaims.statemachine.system import ClaimRecord, OutOfBudget, SystemState, Violation
+from kvclaims.statemachine.system import ClaimRecord, NotAStep, OutOfBudget, SystemState, Violation
 
 _CLOSED = EVENT_STRUCTS["trace_closed"]
 
@@ -119,14 +119,6 @@ class Checker:
         """Check consecutive steps: `events[i]` is at `line + i`, index `index + i`."""
         if self.closed_at is not None:
             _after_close(self.closed_at, line)
-        if _CLOSED in map(type, events):  # the writer's end of the stream: not a model step
-            end = next(i for i, event in enumerate(events) if type(event) is _CLOSED)
-            if end + 1 < len(events):
-                _after_close(line + end, line + end + 1)
-            self.feed_run(events[:end], line, index)
-            self.closed_at = line + end
-            self._index = index + end
-            return
         if not events:
             return
         self._within_budget(line)
@@ -138,9 +130,21 @@ class Checker:
             raise Undecidable(
                 Finding(ErrorClass.budget_exhausted, f"budget exhausted: {exhausted}", line=line)
             ) from None
+        except NotAStep as end:  # the writer's end of the stream, the one event that is not a step
+            if type(events[end.offset]) is not _CLOSED:
+                raise
+            self._closed(line + end.offset, index + end.offset, len(events) - end.offset - 1)
+            return
         if violation is not None:
             self._index = index + (violation.at - line)
             raise self._rejection(violation, violation.at)
+
+    def _closed(self, line: int, index: int, following: int) -> None:
+        """`trace_closed` at `line`, with `following` more events of the run after it."""
+        if following:
+            _after_close(line, line + 1)
+        self.closed_at = line
+        self._index = index
 
     def unknown(self, name: str, line: int, index: int) -> None:
         """An event type the format does not define: skipped, and the verdict can be at best

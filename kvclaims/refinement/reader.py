@@ -23,6 +23,8 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+import os
+import stat
 import typing
 import zlib
 from collections.abc import Iterator
@@ -84,10 +86,15 @@ UTF8_BOM = b"\xef\xbb\xbf"
 class TraceStream:
     """The bytes of a trace as a reader sees them: gunzipped when the file starts with gzip's
     magic number (streamed, never inflated whole), without a leading UTF-8 byte-order mark.
-    Closing it closes the file. A corrupt or truncated gzip stream is a `TraceInputError`."""
+    Closing it closes the file. A corrupt or truncated gzip stream is a `TraceInputError`.
+
+    `plain_file` is `(descriptor, offset)` when these bytes are a regular file's own, from
+    `offset` on (uncompressed, read directly from the file): a reader may then read ahead of the
+    stream by position (`os.pread`); None otherwise."""
 
     def __init__(self, raw: IO[bytes]) -> None:
         self._raw = raw
+        self.plain_file: tuple[int, int] | None = None
         try:
             self._open()
         except BaseException:
@@ -96,6 +103,7 @@ class TraceStream:
 
     def _open(self) -> None:
         raw = self._raw
+        start = _regular_file_position(raw)
         head = read_exactly(raw, len(GZIP_MAGIC))
         self.compressed = head == GZIP_MAGIC
         inner: Any = Prefixed(head, raw)
@@ -106,6 +114,8 @@ class TraceStream:
         self._stream = inner
         head = read_exactly(self, len(UTF8_BOM))
         self._stream = Prefixed(b"" if head == UTF8_BOM else head, inner)
+        if start is not None and not self.compressed:
+            self.plain_file = (raw.fileno(), start + (len(UTF8_BOM) if head == UTF8_BOM else 0))
 
     def read(self, size: int = -1) -> bytes:
         if not self.compressed:
@@ -115,6 +125,13 @@ class TraceStream:
         except (OSError, EOFError, zlib.error) as error:
             raise parse_error(f"not a readable gzip stream: {error}", None) from None
 
+    def reached(self, position: int) -> None:
+        """A reader that reads the file by position (`plain_file`) has read up to `position`:
+        told to the file object, when it keeps count (a progress bar)."""
+        report = getattr(self._raw, "reached", None)
+        if report is not None:
+            report(position)
+
     def close(self) -> None:
         self._raw.close()
 
@@ -123,6 +140,15 @@ class TraceStream:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _regular_file_position(raw: Any) -> int | None:
+    """Where a regular file stands (its descriptor's offset), or None for anything else."""
+    try:
+        fd = raw.fileno()
+        return raw.tell() if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 def read_exactly(stream: Any, size: int) -> bytes:

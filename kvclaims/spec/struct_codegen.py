@@ -5,9 +5,10 @@ pydantic models of record, so that reading a trace never imports pydantic.
 
 (`make reports` runs it). The generator walks the models' fields (annotation plus constraint
 metadata) and writes one Struct per model, each event type tagged on `event`, plus the tables the
-reader needs: the fields whose nested model's keys are audited too, the model rules each Struct
-must satisfy (`kvclaims.spec.model_rules`, the functions the models' validators run), and the
-event fields that hold such a Struct. A test regenerates the module and fails on any difference,
+reader needs (the fields whose nested model's keys are audited too). A model's rules
+(`kvclaims.spec.model_rules`, the functions its validators run) become its Struct's
+`__post_init__`, so a Struct that breaks one is never built: decoding or converting refuses it
+with the rule's own words, located at the field. A test regenerates the module and fails on any difference,
 and another checks on generated lines that the Structs accept exactly what the models accept.
 
 Every integer is bounded to a signed 64-bit word (`MAX_TRACE_INT`), where pydantic would take any:
@@ -76,12 +77,6 @@ def _constrained(base: str, metadata: list[Any], **bounds: int) -> str:
     return f"Annotated[{base}, Meta({', '.join(f'{k}={_literal(v)}' for k, v in keywords.items())})]"
 
 
-def _models_in(annotation: Any) -> list[type[BaseModel]]:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [annotation]
-    return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
-
-
 def _single_model(annotation: Any) -> type[BaseModel] | None:
     """The model of a field typed `Model` or `Model | None` (open nested models, like a
     checkpoint, whose keys the reader audits); None for anything else."""
@@ -110,7 +105,6 @@ class _Generator:
         self._names: dict[tuple[type[BaseModel], str | None], str] = {}
         self._classes: list[str] = []
         self._nested: dict[str, dict[str, str]] = {}
-        self._rules: dict[str, list[Any]] = {}
         self._imports: dict[str, set[str]] = {}
 
     def _import(self, thing: Any) -> str:
@@ -172,14 +166,14 @@ class _Generator:
         if tag_field is not None:
             options |= {"tag_field": tag_field, "tag": model.model_fields[tag_field].default}
         header = "".join(f"    {option}={_literal(value)},\n" for option, value in options.items())
+        rules = "".join(f"        {self._import(rule)}(self)\n" for rule in _rules_of(model))
+        if rules:
+            fields.append(f"\n    def __post_init__(self) -> None:\n{rules}")
         self._classes.append(f"class {name}(\n    Struct,\n{header}):\n{''.join(fields)}")
         self._names[key] = name
         audited = {field: self._audited(info) for field, info in model.model_fields.items()}
         if any(audited.values()):
             self._nested[name] = {field: nested for field, nested in audited.items() if nested}
-        rules = _rules_of(model)
-        if rules:
-            self._rules[name] = [self._import(rule) for rule in rules]
         return name
 
     def _audited(self, info: FieldInfo) -> str | None:
@@ -187,31 +181,9 @@ class _Generator:
         nested = _single_model(info.annotation)
         return None if nested is None else self.struct(nested, tag_field=None)
 
-    def ruled_fields(self, model: type[BaseModel]) -> tuple[str, ...] | None:
-        """None when `model` itself has rules (check the whole event), else the fields whose
-        values may hold a Struct with rules."""
-        if self._rules.get(model.__name__):
-            return None
-        return tuple(
-            field
-            for field, info in model.model_fields.items()
-            if any(self._has_rules(nested, set()) for nested in _models_in(info.annotation))
-        )
-
-    def _has_rules(self, model: type[BaseModel], seen: set[type]) -> bool:
-        if model in seen:
-            return False
-        seen.add(model)
-        return bool(_rules_of(model)) or any(
-            self._has_rules(nested, seen)
-            for info in model.model_fields.values()
-            for nested in _models_in(info.annotation)
-        )
-
     def module(self) -> str:
         header_name = self.struct(TraceHeader, tag_field=None)
         events = {name: self.struct(model, tag_field="event") for name, model in EVENT_MODELS.items()}
-        ruled = {name: self.ruled_fields(model) for name, model in EVENT_MODELS.items()}
         imports = "".join(
             f"from {module} import {', '.join(sorted(names))}\n"
             for module, names in sorted(self._imports.items())
@@ -229,17 +201,6 @@ class _Generator:
                 "The fields that hold one nested model (`Model` or `Model | None`), with its Struct:\n"
                 "the reader audits that object's keys too.",
                 {name: _inline(fields) for name, fields in self._nested.items()},
-            ),
-            (
-                "MODEL_RULES",
-                "The rules (`kvclaims.spec.model_rules`) each Struct's values must satisfy.",
-                {name: _tuple(rules) for name, rules in self._rules.items()},
-            ),
-            (
-                "RULED_FIELDS",
-                "Event types with rules to check: None, the event's own; else the fields that hold\n"
-                "a Struct with rules.",
-                {_literal(name): _literal(fields) for name, fields in ruled.items() if fields != ()},
             ),
         ]
         parts += [_table(name, doc, rows) for name, doc, rows in tables]

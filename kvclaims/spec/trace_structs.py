@@ -57,6 +57,9 @@ class LeadingPrefixAtLeast(
     blocks: Annotated[int, Meta(ge=1, le=16777216)] | None = None
     tokens: Annotated[int, Meta(ge=1, le=9223372036854775807)] | None = None
 
+    def __post_init__(self) -> None:
+        exactly_one_unit(self)
+
 
 class HybridTwoKey(
     Struct,
@@ -604,16 +607,3 @@ NESTED_FIELDS = {
 }
 """The fields that hold one nested model (`Model` or `Model | None`), with its Struct:
 the reader audits that object's keys too."""
-
-MODEL_RULES = {
-    LeadingPrefixAtLeast: (exactly_one_unit,),
-}
-"""The rules (`kvclaims.spec.model_rules`) each Struct's values must satisfy."""
-
-RULED_FIELDS = {
-    "resident_claim_submitted": ("predicate",),
-    "resident_claim_accepted": ("predicate",),
-    "resident_claim_conditionally_accepted": ("predicate",),
-}
-"""Event types with rules to check: None, the event's own; else the fields that hold
-a Struct with rules."""

@@ -113,6 +113,17 @@ class OutOfBudget(Exception):
     as undecidable (inconclusive), never as a pass or a violation."""
 
 
+class NotAStep(Exception):
+    """`step_run` met an event the model has no rule for, at `events[offset]`: the events before
+    it were stepped, it and those after were not. `trace_closed` is such an event: the writer's
+    end of the stream, which its driver judges (`kvclaims.refinement.checker`)."""
+
+    def __init__(self, offset: int, name: str) -> None:
+        super().__init__(f"{name!r} is not an event the model steps on")
+        self.offset = offset
+        self.name = name
+
+
 class _Stop(Exception):
     """Internal: unwinds a rule that found a violation back to `step`."""
 
@@ -1803,6 +1814,8 @@ def _handler(state: SystemState, cls: type) -> Callable[[Any], None]:
     if handler is None:
         config = getattr(cls, "__struct_config__", None)
         name = config.tag if config is not None else cls.model_fields["event"].default  # type: ignore[attr-defined]
+        if name not in _RULES:
+            raise NotAStep(0, name)
         if config is not None:
             _HOT_TYPES.setdefault(name, cls)
         _NAME_OF[cls] = name
@@ -1811,11 +1824,12 @@ def _handler(state: SystemState, cls: type) -> Callable[[Any], None]:
 
 
 def step(state: SystemState, event: Any, at: int = 0) -> SystemState | Violation:
-    """Judge one event: the advanced state (the same object, mutated), or the violation."""
+    """Judge one event: the advanced state (the same object, mutated), or the violation.
+    Raises `NotAStep` for an event the model has no rule for."""
     state._at = at
+    handler = _handler(state, type(event))
     state.steps += 1
     try:
-        handler = _handler(state, type(event))
         state._event = _NAME_OF[type(event)]
         handler(event)
     except _Stop as stop:
@@ -1830,7 +1844,9 @@ def step_run(state: SystemState, events: Sequence[Any], at: int) -> Violation | 
     The two commonest cases are inlined (a tracked claim's block stored in a fresh block id,
     a block removed that no claim holds or that leaves its claim's leading prefix intact, a
     legal finish that owes nothing, a fresh admission that fits): they are most of a typical
-    trace and need neither the lifecycle nor a violation location."""
+    trace and need neither the lifecycle nor a violation location.
+
+    Raises `NotAStep` at the first event the model has no rule for (the steps before it count)."""
     owners = state.block_owner
     hashes = state.block_hash
     shared = state.shared_owners
@@ -1948,6 +1964,10 @@ def step_run(state: SystemState, events: Sequence[Any], at: int) -> Violation | 
         state._seen_eviction = seen_eviction
         state.steps -= len(events) - offset - 1
         return stop.violation
+    except NotAStep as stop:
+        state._seen_eviction = seen_eviction
+        state.steps -= len(events) - offset
+        raise NotAStep(offset, stop.name) from None
     state._seen_eviction = seen_eviction
     return None
 

@@ -97,3 +97,18 @@ def test_generated_traces_end_closed_and_are_accepted() -> None:
     assert check_bytes(data).outcome is Outcome.accepted
     cut = data[: data.rstrip(b"\n").rfind(b"\n") + 1]
     assert check_bytes(cut).outcome is Outcome.inconclusive
+
+
+def test_a_violation_before_a_close_that_something_follows_is_the_verdict() -> None:
+    """The first violating line decides, whichever kind: a rule broken before `trace_closed`
+    outranks the event after the close, in one read chunk as line by line (a line longer than
+    its shortest form sends the chunk line by line); the same file without the violation is
+    invalid there."""
+    after = b'{"seq":99,"event":"request_finished","request_id":"r2","status":"x"}\n'
+    violating = served().finish("r1").ndjson() + after  # finished twice, then closed, then more
+    for data in (violating, violating.replace(b'"seq":1,', b'"seq": 1,')):
+        verdict = check_bytes(data)
+        assert verdict.outcome is Outcome.rejected, verdict.reason
+        assert verdict.counterexample is not None and verdict.counterexample.line == 9
+    twin = served().ndjson() + after
+    assert check_bytes(twin).outcome is Outcome.invalid
