@@ -11,7 +11,8 @@ order they finish in, and calls `on_done` once per unit yielded.
 Three places run units:
 
 - this process (`jobs` 1, no Ray): one after another;
-- a process pool (`jobs` N): `concurrent.futures.ProcessPoolExecutor`;
+- a process pool (`jobs` N): `concurrent.futures.ProcessPoolExecutor`, whose workers read
+  their traces in one process each (no read-ahead child: the pool already fills the cores);
 - a Ray cluster (`ray_address`): one Ray task per unit, at most `RAY_IN_FLIGHT_PER_CPU` tasks
   per cluster CPU in flight, each result fetched in unit order as soon as it and those before
   it are done (streamed: the driver never holds more than the in-flight window). `"local"`
@@ -32,12 +33,14 @@ version it ran and the size it saw of each file, and a difference from the drive
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from kvclaims.refinement import read_ahead
 from kvclaims.spec.errors import InputError, Problem
 
 Unit = tuple[Path, ...]
@@ -121,7 +124,7 @@ def _in_processes(
 ) -> Iterator[R]:
     from concurrent.futures import ProcessPoolExecutor  # multiprocessing: only for a pool
 
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with ProcessPoolExecutor(max_workers=workers, initializer=_reading_alone) as pool:
         futures = [pool.submit(work, unit) for unit in units]
         try:
             for future in futures:
@@ -132,6 +135,12 @@ def _in_processes(
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)
             raise
+
+
+def _reading_alone() -> None:
+    """A pool worker reads its traces in its own process: the pool already has a worker per
+    core, and a read-ahead child each would only take turns with them."""
+    os.environ[read_ahead.ENVIRONMENT] = "0"
 
 
 def ray_map(address: str, jobs: int) -> Callable[[Callable[[U], R], Sequence[U]], Iterator[R]]:

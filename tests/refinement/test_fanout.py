@@ -86,3 +86,17 @@ def test_a_unit_may_be_any_picklable_item_and_has_no_files(jobs: int) -> None:
         fanout._check_seen(7, fanout._Seen(version, (10,)), version)  # files where there are none
     with pytest.raises(InputError, match="--ray"):
         fanout._check_seen(7, fanout._Seen("0.0.0", ()), version)
+
+
+def _read_ahead_setting(_unit: object) -> str | None:
+    import os
+
+    from kvclaims.refinement.read_ahead import ENVIRONMENT, available
+
+    return f"{os.environ.get(ENVIRONMENT)} {available()}"
+
+
+def test_pool_workers_read_their_traces_in_one_process_each() -> None:
+    """A pool already has a worker per core: its workers never fork a read-ahead child."""
+    settings = list(fanout.stream(_read_ahead_setting, [1, 2, 3, 4], jobs=2))
+    assert settings == ["0 False"] * 4
