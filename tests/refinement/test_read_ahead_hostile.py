@@ -22,7 +22,6 @@ import signal
 import types
 import typing
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +83,7 @@ def _in_process() -> Iterator[None]:
 def _children() -> set[int]:
     """This process's child processes, running or not yet reaped (zombies)."""
     tasks = Path(f"/proc/{os.getpid()}/task")
-    if not tasks.is_dir():  # no procfs: a child that is left shows as one not yet waited for
+    if not (tasks / str(os.getpid()) / "children").exists():  # no procfs list: ask wait()
         try:
             os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
@@ -200,26 +199,29 @@ _KEY = re.compile(rb'"([a-z_]+)":')
 _STRUCTURE = re.compile(rb"[:,{}\[\]]")
 
 
+def _picked(pattern: re.Pattern[bytes], line: bytes, choice: int) -> tuple[re.Match[bytes], int] | None:
+    """The match of `pattern` in `line` that `choice` picks, and what is left of `choice` to
+    pick a variant with; None when nothing matches."""
+    found = list(pattern.finditer(line))
+    return (found[choice % len(found)], choice // len(found)) if found else None
+
+
 def _numbered(lines: list[bytes], index: int, choice: int) -> list[bytes]:
     line = lines[index]
-    spans = list(_NUMBER.finditer(line))
-    if not spans:
-        return lines
-    found = spans[choice % len(spans)]
-    value = _NUMBERS[choice // len(spans) % len(_NUMBERS)]
-    lines[index] = line[: found.start()] + str(value).encode() + line[found.end() :]
+    if picked := _picked(_NUMBER, line, choice):
+        found, variant = picked
+        value = _NUMBERS[variant % len(_NUMBERS)]
+        lines[index] = line[: found.start()] + str(value).encode() + line[found.end() :]
     return lines
 
 
 def _renamed_id(lines: list[bytes], index: int, choice: int) -> list[bytes]:
     line = lines[index]
-    spans = list(_ID.finditer(line))
-    if not spans:
-        return lines
-    found = spans[choice % len(spans)]
-    number = int(found.group(2)) + (choice % 7) - 3
-    renamed = b'"%s%s%d"' % (found.group(1), b"" if found.group(1) == b"h" else b"-", number)
-    lines[index] = line[: found.start()] + renamed + line[found.end() :]
+    if picked := _picked(_ID, line, choice):
+        found, variant = picked
+        number = int(found.group(2)) + variant % 7 - 3
+        renamed = b'"%s%s%d"' % (found.group(1), b"" if found.group(1) == b"h" else b"-", number)
+        lines[index] = line[: found.start()] + renamed + line[found.end() :]
     return lines
 
 
@@ -243,24 +245,20 @@ def _spaced(lines: list[bytes], index: int, choice: int) -> list[bytes]:
 
 def _duplicate_key(lines: list[bytes], index: int, choice: int) -> list[bytes]:
     line = lines[index]
-    keys = list(_KEY.finditer(line))
-    if not keys:
-        return lines
-    key = keys[choice % len(keys)].group(1)
-    value = [b"1", b'"x"', b"null", b'"%s"' % key][choice // len(keys) % 4]
-    lines[index] = _with_field(line, b'"%s":%s' % (key, value))
+    if picked := _picked(_KEY, line, choice):
+        found, variant = picked
+        value = [b"1", b'"x"', b"null", b'"%s"' % found.group(1)][variant % 4]
+        lines[index] = _with_field(line, b'"%s":%s' % (found.group(1), value))
     return lines
 
 
 def _misspelt(lines: list[bytes], index: int, choice: int) -> list[bytes]:
     line = lines[index]
-    keys = list(_KEY.finditer(line))
-    if not keys:
-        return lines
-    found = keys[choice % len(keys)]
-    name = found.group(1)
-    typo = [name[:-1], name + b"s", name.replace(b"_", b""), name.upper()][choice // len(keys) % 4]
-    lines[index] = line[: found.start(1)] + typo + line[found.end(1) :]
+    if picked := _picked(_KEY, line, choice):
+        found, variant = picked
+        name = found.group(1)
+        typo = [name[:-1], name + b"s", name.replace(b"_", b""), name.upper()][variant % 4]
+        lines[index] = line[: found.start(1)] + typo + line[found.end(1) :]
     return lines
 
 
@@ -377,14 +375,18 @@ EDITS: dict[str, Edit] = {
 }
 
 
-@dataclass(frozen=True)
 class Hostile:
-    """A hostile trace's bytes, and the recipe that made them (what a failure prints)."""
+    """A hostile trace's bytes, the recipe that made them, and `check_trace`'s options (strict,
+    open, progress). Not a dataclass: Hypothesis would print the bytes of a failing case; its
+    `repr` is the recipe."""
 
-    data: bytes = field(repr=False)
-    recipe: tuple[str, ...]
-    options: dict[str, Any]
-    """`check_trace`'s: strict, open, progress."""
+    def __init__(self, data: bytes, recipe: tuple[str, ...], options: dict[str, Any]) -> None:
+        self.data = data
+        self.recipe = recipe
+        self.options = options
+
+    def __repr__(self) -> str:
+        return f"Hostile({self.recipe}, options={sorted(self.options)})"
 
 
 @st.composite
@@ -697,3 +699,45 @@ def test_lines_that_are_json_but_not_objects_are_located_the_same_both_ways(tmp_
     path = tmp_path / "arrays.ndjson"
     path.write_bytes(_joined(lines))
     assert _assert_same_verdict(path)["outcome"] == "invalid"
+
+
+@pytest.mark.parametrize("short", [0, 1])
+def test_the_size_gate_forks_exactly_from_its_threshold(short: int, tmp_path: Path) -> None:
+    """Event lines of exactly `READ_AHEAD_BYTES` are read ahead, one byte fewer are not (the
+    threshold is not forced here, only the machine's eligibility), with the same verdict."""
+    header = b'{"kvclaims_trace":1,"usable_blocks":64}\n'
+    size = kvclaims_v1.READ_AHEAD_BYTES - short
+    body = _filler(size // 80, 1)
+    closing = _closed(size // 80 + 1)
+    padding = size - len(body) - len(closing) - 1
+    path = tmp_path / "gate.ndjson"
+    path.write_bytes(header + body + closing[:-1] + b" " * padding + b"}\n")
+    assert path.stat().st_size - len(header) == size
+    with _in_process():
+        expected = check_trace(path).to_json()
+    saved = kvclaims_v1.available
+    kvclaims_v1.available = lambda: True
+    try:
+        with _read_ahead_forced() as started:
+            kvclaims_v1.READ_AHEAD_BYTES = size + short  # the real threshold, restored on exit
+            assert check_trace(path).to_json() == expected
+    finally:
+        kvclaims_v1.available = saved
+    assert bool(started) is (short == 0)
+    assert expected["outcome"] == "accepted"
+
+
+@pytest.mark.parametrize("header_end", [CHUNK_BYTES + 10, 2 * CHUNK_BYTES + 50])
+def test_progress_never_goes_back_after_a_header_longer_than_a_chunk(header_end: int, tmp_path: Path) -> None:
+    """The header is read in-process, in whole chunks, before the child starts: the progress
+    the child's first frame reports is not behind what that read reported (it was, when the
+    child's chunks started at the first event line)."""
+    lines = _base(3)
+    lines[0] = _padded_header(lines[0], header_end - len(lines[0]) - 1)  # its newline ends there
+    path = tmp_path / "long-header.ndjson"
+    path.write_bytes(_joined(lines))
+    told: list[int] = []
+    with _read_ahead_forced() as started:
+        verdict = check_trace(path, progress=told.append)
+    assert started and verdict.outcome.value == "accepted"
+    assert told == sorted(told) and told[-1] == path.stat().st_size
