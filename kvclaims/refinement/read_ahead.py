@@ -102,7 +102,10 @@ class ReadAhead(Generic[Item]):
                 os.kill(self._pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            os.waitpid(self._pid, 0)
+            try:
+                os.waitpid(self._pid, 0)
+            except ChildProcessError:  # reaped by the system already (SIGCHLD ignored)
+                pass
             if self._pipe is not None:
                 self._pipe.close()
 

@@ -76,11 +76,12 @@ class KvclaimsV1Source:
         first, newline, self._pending = buffered.partition(b"\n")
         self.header = _header(first, bool(newline), self.audit)
         plain = getattr(stream, "plain_file", None)
-        self._events_at: tuple[int, int] | None = (
-            (plain[0], plain[1] + len(first) + 1) if plain is not None and newline else None
+        self._events_at: tuple[int, int, int] | None = (
+            (plain[0], plain[1] + len(first) + 1, plain[1]) if plain is not None and newline else None
         )
-        """The file descriptor and offset where the event lines start, when they can be read by
-        position (a regular, uncompressed file)."""
+        """The file descriptor, the offset where the event lines start and the offset where the
+        stream's own chunks start, when the file can be read by position (a regular,
+        uncompressed file)."""
 
     def drive(self, sink: Sink) -> None:
         """Decode every event line and push the events to the sink, a chunk's worth of
@@ -98,24 +99,25 @@ class KvclaimsV1Source:
             (self._pending,), iter(lambda: stream.read(CHUNK_BYTES), b"")
         )
         at = self._events_at
-        if at is not None and _worth_reading_ahead(*at):
-            fd, offset = at
-            offset, position = self._read_ahead(sink, fd, offset, position)
-            chunks = _chunks_at(fd, offset, getattr(stream, "reached", None))
+        if at is not None and _worth_reading_ahead(*at[:2]):
+            fd, offset, grid = at
+            offset, position = self._read_ahead(sink, fd, offset, grid, position)
+            chunks = _chunks_at(fd, offset, grid, getattr(stream, "reached", None))
         self._read(sink, chunks, *position)
 
     def _read_ahead(
-        self, sink: Sink, fd: int, offset: int, position: tuple[int, int, int]
+        self, sink: Sink, fd: int, offset: int, grid: int, position: tuple[int, int, int]
     ) -> tuple[int, tuple[int, int, int]]:
         """Push the clean chunks a child reads from `offset` on; return where they end."""
         number, index, last_seq = position
         reached = getattr(self._stream, "reached", None)
-        produce = functools.partial(_clean_chunks, fd, offset, last_seq, self._max_line)
+        size = os.fstat(fd).st_size if reached is not None else 0
+        produce = functools.partial(_clean_chunks, fd, offset, grid, last_seq, self._max_line)
         with ReadAhead(produce, _Chunk) as ahead:
             for end, events in ahead:
                 offset = end
-                if reached is not None:
-                    reached(end)
+                if reached is not None:  # the chunk this frame's last line ends in was read whole
+                    reached(min(end + (grid - end) % CHUNK_BYTES, size))
                 sink.feed_run(events, number + 1, index)
                 number += len(events)
                 index += len(events)
@@ -240,7 +242,7 @@ _Chunk = tuple[int, list[EventStruct]]
 and its events."""
 
 
-def _clean_chunks(fd: int, offset: int, last_seq: int, max_line: int) -> Iterator[_Chunk]:
+def _clean_chunks(fd: int, offset: int, grid: int, last_seq: int, max_line: int) -> Iterator[_Chunk]:
     """The read-ahead child: the clean chunks from `offset` on, each with the offset it ends at;
     stops at the first chunk that is not clean (or has an over-long line), and at the end of
     the file (a last line without its newline is left to the parent)."""
@@ -248,7 +250,7 @@ def _clean_chunks(fd: int, offset: int, last_seq: int, max_line: int) -> Iterato
     shortest = msgspec.json.Encoder().encode_into
     scratch = bytearray()
     pending = b""
-    for chunk in _chunks_at(fd, offset):
+    for chunk in _chunks_at(fd, offset, grid):
         buffer = pending + chunk if pending else chunk
         pieces = buffer.split(b"\n")
         pending = pieces.pop()
@@ -264,11 +266,18 @@ def _clean_chunks(fd: int, offset: int, last_seq: int, max_line: int) -> Iterato
         yield offset, events
 
 
-def _chunks_at(fd: int, offset: int, reached: Callable[[int], None] | None = None) -> Iterator[bytes]:
-    """The file's bytes from `offset` on, a chunk at a time, read by position (`os.pread`
-    leaves the descriptor's own offset where the stream left it); `reached` is told each
-    chunk's end."""
-    while chunk := os.pread(fd, CHUNK_BYTES, offset):
+def _chunks_at(
+    fd: int, offset: int, grid: int, reached: Callable[[int], None] | None = None
+) -> Iterator[bytes]:
+    """The file's bytes from `offset` on, read by position (`os.pread` leaves the descriptor's
+    own offset where the stream left it) in the chunks the stream itself is read in: they end
+    where the stream's do (`grid` plus a multiple of `CHUNK_BYTES`), so that every run, and
+    whatever depends on where a run starts or a line ends within a chunk (a budget finding's
+    line, the wording of an over-long line), is the same read ahead or not. `reached` is told
+    each chunk's end."""
+    size = CHUNK_BYTES - (offset - grid) % CHUNK_BYTES
+    while chunk := os.pread(fd, size, offset):
+        size = CHUNK_BYTES
         offset += len(chunk)
         if reached is not None:
             reached(offset)
