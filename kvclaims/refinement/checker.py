@@ -127,8 +127,10 @@ class Checker:
         try:
             violation = system.step_run(self.state, events, line)
         except OutOfBudget as exhausted:
+            at = line if exhausted.at is None else exhausted.at
+            self._index = index + (at - line)
             raise Undecidable(
-                Finding(ErrorClass.budget_exhausted, f"budget exhausted: {exhausted}", line=line)
+                Finding(ErrorClass.budget_exhausted, f"budget exhausted: {exhausted}", line=at)
             ) from None
         except NotAStep as end:  # the writer's end of the stream, the one event that is not a step
             if type(events[end.offset]) is not _CLOSED:
@@ -140,11 +142,12 @@ class Checker:
             raise self._rejection(violation, violation.at)
 
     def _closed(self, line: int, index: int, following: int) -> None:
-        """`trace_closed` at `line`, with `following` more events of the run after it."""
+        """`trace_closed` at `line`, with `following` more events of the run after it (read,
+        as they would be one at a time, up to the close)."""
+        self._index = index
         if following:
             _after_close(line, line + 1)
         self.closed_at = line
-        self._index = index
 
     def unknown(self, name: str, line: int, index: int) -> None:
         """An event type the format does not define: skipped, and the verdict can be at best

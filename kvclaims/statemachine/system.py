@@ -110,7 +110,10 @@ class OutOfBudget(Exception):
     would span more than `max_prefix_positions` blocks (a footprint is a number in the trace, so
     the model counts the maps it allocates instead of trusting it), or exact counts of shared
     blocks would cost more than their budget (`SystemState._count_scan`). A driver reports this
-    as undecidable (inconclusive), never as a pass or a violation."""
+    as undecidable (inconclusive), never as a pass or a violation. `at` is the position of the
+    event that ran out (set by `step` and `step_run`, which do not count that event's step)."""
+
+    at: int | None = None
 
 
 class NotAStep(Exception):
@@ -402,6 +405,9 @@ class SystemState:
         self.steps = 0
         self.scanned = 0
         """Blocks, claims and prefix positions walked so far (see `_count_scan`)."""
+        self._run_end: int | None = None
+        """While `step` or `step_run` runs, the position after its last event (`steps` already
+        counts them all): `_count_scan` allows only for the steps up to the event at `_at`."""
         self.requests_seen = 0
         self.witnessed: dict[TraceWitness, tuple[tuple[int, ...], set[str]]] = {}
         self._restore_witness: dict[str, tuple[int, ...]] = {}
@@ -1629,10 +1635,11 @@ class SystemState:
         re-store of position 0 of a long prefix, counts among sharing claims) is undecidable
         (`OutOfBudget`) rather than quadratic."""
         self.scanned += entries
-        if self.scanned > SCAN_ALLOWANCE + SCAN_PER_STEP * self.steps:
+        steps = self.steps if self._run_end is None else self.steps - (self._run_end - self._at - 1)
+        if self.scanned > SCAN_ALLOWANCE + SCAN_PER_STEP * steps:
             raise OutOfBudget(
                 f"walks over claim blocks and prefixes visited more than {SCAN_ALLOWANCE:,} + "
-                f"{SCAN_PER_STEP} per event ({self.scanned:,} after {self.steps:,} events)"
+                f"{SCAN_PER_STEP} per event ({self.scanned:,} after {steps:,} events)"
             )
 
     def _prefix_map(self, claim: ClaimRecord) -> bytearray:
@@ -1829,11 +1836,18 @@ def step(state: SystemState, event: Any, at: int = 0) -> SystemState | Violation
     state._at = at
     handler = _handler(state, type(event))
     state.steps += 1
+    state._run_end = at + 1
     try:
         state._event = _NAME_OF[type(event)]
         handler(event)
     except _Stop as stop:
         return stop.violation
+    except OutOfBudget as exhausted:
+        state.steps -= 1
+        exhausted.at = at
+        raise
+    finally:
+        state._run_end = None
     return state
 
 
@@ -1846,7 +1860,8 @@ def step_run(state: SystemState, events: Sequence[Any], at: int) -> Violation | 
     legal finish that owes nothing, a fresh admission that fits): they are most of a typical
     trace and need neither the lifecycle nor a violation location.
 
-    Raises `NotAStep` at the first event the model has no rule for (the steps before it count)."""
+    Raises `NotAStep` at the first event the model has no rule for, and `OutOfBudget` at the
+    first that exhausts a budget (the steps before it count)."""
     owners = state.block_owner
     hashes = state.block_hash
     shared = state.shared_owners
@@ -1863,6 +1878,7 @@ def step_run(state: SystemState, events: Sequence[Any], at: int) -> Violation | 
     admitted = hot.get("active_request_admitted")
     finished_type = hot.get("request_finished")
     state.steps += len(events)
+    state._run_end = at + len(events)
     offset = -1
     try:
         for offset, event in enumerate(events):
@@ -1897,6 +1913,7 @@ def step_run(state: SystemState, events: Sequence[Any], at: int) -> Violation | 
                             if leading < 0:
                                 leading = footprint
                             if leading - position > SCAN_PER_STEP:
+                                state._at = at + offset
                                 state._count_scan(leading - position)
                             claim.leading = leading
                             required = claim.required
@@ -1968,6 +1985,13 @@ def step_run(state: SystemState, events: Sequence[Any], at: int) -> Violation | 
         state._seen_eviction = seen_eviction
         state.steps -= len(events) - offset
         raise NotAStep(offset, stop.name) from None
+    except OutOfBudget as exhausted:
+        state._seen_eviction = seen_eviction
+        state.steps -= len(events) - offset
+        exhausted.at = at + offset
+        raise
+    finally:
+        state._run_end = None
     state._seen_eviction = seen_eviction
     return None
 

@@ -112,3 +112,17 @@ def test_a_violation_before_a_close_that_something_follows_is_the_verdict() -> N
         assert verdict.counterexample is not None and verdict.counterexample.line == 9
     twin = served().ndjson() + after
     assert check_bytes(twin).outcome is Outcome.invalid
+
+
+def test_events_after_the_close_are_counted_alike_in_one_chunk_and_line_by_line() -> None:
+    """An event after `trace_closed` ends the read at the close whatever the batching: the
+    verdict (its line, its count of events read) is the same when the chunk is stepped whole and
+    when a longer-than-shortest line makes the reader go line by line."""
+    after = b"".join(
+        b'{"seq":%d,"event":"request_finished","request_id":"r%d","status":"x"}\n' % (90 + n, n)
+        for n in range(5)
+    )
+    whole = served().ndjson() + after
+    verdicts = [check_bytes(data).to_json() for data in (whole, whole.replace(b'"seq":1,', b'"seq": 1,'))]
+    assert verdicts[0] == verdicts[1]
+    assert verdicts[0]["outcome"] == "invalid" and verdicts[0]["events"] == 8  # up to the close

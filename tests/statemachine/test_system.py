@@ -219,3 +219,26 @@ def test_sharing_claims_whose_distinct_blocks_exceed_the_pool_overcommit_it() ->
     _, violation = _checked(trace)
     assert violation is not None and violation.rule is ConformanceRule.capacity_state
     assert "5 blocks held" in violation.message
+
+
+@pytest.mark.parametrize("run", [1, 7, 10_000])
+def test_a_budget_runs_out_at_the_same_event_however_the_events_are_batched(
+    run: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scan allowance counts the steps up to the event that walks, not the rest of its run,
+    and the event that runs out is named and not counted: a reader's chunking (one chunk, line
+    by line, read ahead) cannot move a budget verdict."""
+    monkeypatch.setattr(system, "SCAN_ALLOWANCE", 100)
+    monkeypatch.setattr(system, "SCAN_PER_STEP", 1)
+    events = [convert_event(e) for e in _sharing_trace(bystanders=4, conflicts=200).events]
+    state = system.init(TraceHeader.model_validate(_sharing_trace(bystanders=4, conflicts=200).header))
+    with pytest.raises(system.OutOfBudget) as exhausted:
+        for start in range(0, len(events), run):
+            assert system.step_run(state, events[start : start + run], 2 + start) is None
+    one_by_one = system.init(TraceHeader.model_validate(_sharing_trace(bystanders=4, conflicts=200).header))
+    with pytest.raises(system.OutOfBudget) as alone:
+        for position, event in enumerate(events):
+            assert system.step(one_by_one, event, 2 + position) is one_by_one
+    assert exhausted.value.at == alone.value.at is not None
+    assert state.steps == one_by_one.steps == alone.value.at - 2
+    assert state.scanned == one_by_one.scanned
