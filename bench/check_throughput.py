@@ -9,7 +9,7 @@ restore cycles, conflicts, demotions, harm, unclaimed block churn), then measure
 - decode-only rate: every event line decoded by the same generated msgspec decoder the reader
   uses, chunked exactly as the reader chunks (the floor any NDJSON checker pays);
 - end-to-end rate: `check_trace(path)` (read, decode, validate, check, witnesses), as users run
-  it: on a machine with two CPUs or more, a child process reads ahead (decodes and audits the
+  it: on Linux with two CPUs or more, a child process reads ahead (decodes and audits the
   chunks) while this one checks them (`kvclaims.refinement.read_ahead`);
 - the same in one process (`KVCLAIMS_READ_AHEAD=0`), for comparison;
 - their ratios to decode-only, all timed best-of---repeat, interleaved, so machine noise hits

@@ -15,14 +15,16 @@ verdict; a child that could not be started (no process or descriptor left) gives
 `close` (also on leaving a `with` block, however it is left) kills the child if it is still
 running and reaps it: a checker that stops at a violation does not wait for the rest.
 
-`available()` says whether this process may read ahead: a fork-capable system with at least two
-CPUs to run on, one thread in this process, and `KVCLAIMS_READ_AHEAD` not set to `0`.
+`available()` says whether this process may read ahead: Linux (where a fork without exec is
+safe for such a child; macOS, for one, warns against it), at least two CPUs to run on, one
+thread in this process, and `KVCLAIMS_READ_AHEAD` not set to `0`.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import IO, Any, Generic, TypeVar
@@ -46,10 +48,9 @@ _LENGTH = 4
 
 def available() -> bool:
     """Whether this process may fork a reader: see the module docstring."""
-    if os.environ.get(ENVIRONMENT) == "0" or not hasattr(os, "fork") or not hasattr(os, "pread"):
+    if os.environ.get(ENVIRONMENT) == "0" or not sys.platform.startswith("linux"):
         return False
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return cpus >= 2 and threading.active_count() == 1
+    return len(os.sched_getaffinity(0)) >= 2 and threading.active_count() == 1
 
 
 class ReadAhead(Generic[Item]):

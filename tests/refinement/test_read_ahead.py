@@ -8,6 +8,7 @@ import io
 import json
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -91,6 +92,9 @@ def test_reading_ahead_is_off_when_asked_or_when_another_thread_runs(monkeypatch
         stop.set()
         other.join()
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0}, raising=False)
+    assert not read_ahead.available()
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    monkeypatch.setattr(sys, "platform", "darwin")  # fork without exec: Linux only
     assert not read_ahead.available()
 
 
