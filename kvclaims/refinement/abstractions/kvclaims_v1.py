@@ -86,7 +86,7 @@ class KvclaimsV1Source:
     def drive(self, sink: Sink) -> None:
         """Decode every event line and push the events to the sink, a chunk's worth of
         consecutive lines at a time (`sink.feed_run`). A chunk decodes in one pass when every
-        line is a well-formed, strictly ordered event (`clean_events`); otherwise it is redone
+        line is a well-formed, strictly ordered event (`CleanChunk`); otherwise it is redone
         line by line, so the first bad line is located exactly.
 
         A large regular file is read ahead (`kvclaims.refinement.read_ahead`): a child process
@@ -127,9 +127,7 @@ class KvclaimsV1Source:
 
     def _read(self, sink: Sink, chunks: Iterable[bytes], number: int, index: int, last_seq: int) -> None:
         """Push the events of `chunks` (whole lines from line `number + 1` on)."""
-        decode = event_decoder().decode
-        shortest = msgspec.json.Encoder().encode_into
-        scratch = bytearray()
+        clean = CleanChunk()
         max_line = self._max_line
         pending = b""
         try:
@@ -145,7 +143,7 @@ class KvclaimsV1Source:
                     raise parse_error(
                         f"line is {len(pieces[0])} bytes; lines are capped at {max_line}", number + 1
                     )
-                events = clean_events(pieces, len(buffer) - len(pending), last_seq, decode, shortest, scratch)
+                events = clean(pieces, len(buffer) - len(pending), last_seq)
                 if events is None:
                     number, index, last_seq = self._line_by_line(sink, pieces, number, index, last_seq)
                 else:
@@ -221,20 +219,27 @@ def _worth_reading_ahead(fd: int, offset: int) -> bool:
     return size - offset >= READ_AHEAD_BYTES and available()
 
 
-def clean_events(
-    pieces: list[bytes], length: int, last_seq: int, decode: Any, shortest: Any, scratch: bytearray
-) -> list[Any] | None:
-    """The events of a chunk's complete lines `pieces` (`length` bytes with their newlines) when
-    every line decodes, is exactly as long as its event's shortest form, and the seqs strictly
-    increase from `last_seq`; None when the chunk must be read line by line."""
-    try:
-        events = list(map(decode, pieces))
-    except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
-        return None
-    shortest(events, scratch)  # `[e1,...,en]`: the lines' shortest forms, n + 1 more bytes
-    if len(scratch) != length + 1 or not _ordered(events, last_seq):
-        return None
-    return events
+class CleanChunk:
+    """Decodes a chunk's complete lines in one pass, for a chunk that is clean."""
+
+    def __init__(self) -> None:
+        self._decode = event_decoder().decode
+        self._shortest = msgspec.json.Encoder().encode_into
+        self._scratch = bytearray()
+
+    def __call__(self, pieces: list[bytes], length: int, last_seq: int) -> list[Any] | None:
+        """The events of the lines `pieces` (`length` bytes with their newlines) when every line
+        decodes, is exactly as long as its event's shortest form, and the seqs strictly increase
+        from `last_seq`; None when the chunk must be read line by line."""
+        try:
+            events = list(map(self._decode, pieces))
+        except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
+            return None
+        scratch = self._scratch
+        self._shortest(events, scratch)  # `[e1,...,en]`: the lines' shortest forms, n + 1 more bytes
+        if len(scratch) != length + 1 or not _ordered(events, last_seq):
+            return None
+        return events
 
 
 _Chunk = tuple[int, list[EventStruct]]
@@ -246,9 +251,7 @@ def _clean_chunks(fd: int, offset: int, grid: int, last_seq: int, max_line: int)
     """The read-ahead child: the clean chunks from `offset` on, each with the offset it ends at;
     stops at the first chunk that is not clean (or has an over-long line), and at the end of
     the file (a last line without its newline is left to the parent)."""
-    decode = event_decoder().decode
-    shortest = msgspec.json.Encoder().encode_into
-    scratch = bytearray()
+    clean = CleanChunk()
     pending = b""
     for chunk in _chunks_at(fd, offset, grid):
         buffer = pending + chunk if pending else chunk
@@ -258,7 +261,7 @@ def _clean_chunks(fd: int, offset: int, grid: int, last_seq: int, max_line: int)
             return
         if not pieces:
             continue
-        events = clean_events(pieces, len(buffer) - len(pending), last_seq, decode, shortest, scratch)
+        events = clean(pieces, len(buffer) - len(pending), last_seq)
         if events is None:
             return
         offset += len(buffer) - len(pending)
