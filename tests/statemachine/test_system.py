@@ -109,6 +109,15 @@ def test_a_second_in_place_resume_names_its_kv_key_before_its_checkpoint() -> No
     assert conforming is None
 
 
+def _hold_the_shared_prefix(trace: TraceBuilder, claim: str) -> None:
+    """`claim` stores its two positions in blocks 0 and 1 with the same contents as every other
+    claim that does: one cached prefix, held by each of them."""
+    for position in range(2):
+        trace.add(
+            "block_stored", block_id=position, block_hash=f"h{position}", claim_id=claim, position=position
+        )
+
+
 def _sharing_trace(bystanders: int, conflicts: int) -> TraceBuilder:
     """Claims A and B hold the same two blocks (one content cached once, held by both), a
     bystander claim holds `bystanders` blocks, then `conflicts` refusals blame A and B with the
@@ -116,14 +125,7 @@ def _sharing_trace(bystanders: int, conflicts: int) -> TraceBuilder:
     trace = TraceBuilder(usable_blocks=bystanders + 8)
     trace.accept("A", blocks=2).accept("B", blocks=2).accept("Z", blocks=bystanders)
     for claim in ("A", "B"):
-        for position in range(2):
-            trace.add(
-                "block_stored",
-                block_id=position,
-                block_hash=f"h{position}",
-                claim_id=claim,
-                position=position,
-            )
+        _hold_the_shared_prefix(trace, claim)
     trace.store_prefix("Z", bystanders).materialize("A", 2).materialize("B", 2).materialize("Z", bystanders)
     for number in range(conflicts):
         trace.conflict(f"r{number}", ["A", "B"], protected=2, active=bystanders + 7)
@@ -181,14 +183,7 @@ def _claims_on_one_prefix(claims: int) -> TraceBuilder:
     for number in range(claims):
         claim = f"C{number}"
         trace.accept(claim, blocks=2)
-        for position in range(2):
-            trace.add(
-                "block_stored",
-                block_id=position,
-                block_hash=f"h{position}",
-                claim_id=claim,
-                position=position,
-            )
+        _hold_the_shared_prefix(trace, claim)
     return trace
 
 
