@@ -6,11 +6,11 @@ not guess. Enums stay lax so that YAML and JSON strings validate to members.
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -23,12 +23,14 @@ from pydantic import (
 )
 
 from kvclaims.spec.tables import LEGACY_OBLIGATION_ALIASES, MAX_IDENTIFIER_LENGTH
+from kvclaims.spec.text import is_blank
 from kvclaims.spec.vocabulary import Obligation
 
 __all__ = [
     "MAX_PREFIX_BLOCKS",
     "FormatVersion",
     "Identifier",
+    "NonBlankText",
     "NonNegativeInt",
     "ObligationName",
     "PositiveInt",
@@ -67,18 +69,18 @@ Identifier = Annotated[StrictStr, Field(min_length=1, max_length=MAX_IDENTIFIER_
 """A claim, owner, object or request identifier: non-empty and bounded."""
 
 Text = StrictStr
-"""Free text (notes, reasons); may be empty, which for anchors means "not anchored"."""
-
-_INVISIBLE_CATEGORIES = frozenset({"Zs", "Zl", "Zp", "Cc", "Cf"})
-"""Separators, controls and format characters (zero-width spaces and joiners, BOM, bidi marks)."""
-_BLANK_SYMBOLS = frozenset("\u115f\u1160\u2800\u3164\uffa0")
-"""Letters and symbols that render as nothing (Hangul fillers, the blank Braille pattern)."""
+"""Free text (notes, reasons); may be empty, which for anchors means "not anchored". Whether it
+says anything is `is_blank`'s question (`kvclaims.spec.text`), the one test of blank text."""
 
 
-def is_blank(text: str) -> bool:
-    """Whether `text` shows nothing: empty, or only whitespace and invisible characters (a
-    field of zero-width or non-breaking spaces must not pass for a note or a path)."""
-    return all(char in _BLANK_SYMBOLS or unicodedata.category(char) in _INVISIBLE_CATEGORIES for char in text)
+def _says_something(text: str) -> str:
+    if is_blank(text):
+        raise ValueError("must say something: it is empty or only characters that render as nothing")
+    return text
+
+
+NonBlankText = Annotated[StrictStr, Field(min_length=1), AfterValidator(_says_something)]
+"""Text that must be shown (a reason, a surface): blank text (`kvclaims.spec.text`) is refused."""
 
 
 PositiveInt = Annotated[StrictInt, Field(ge=1)]

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
-from kvclaims.spec._types import FormatVersion, Identifier, SpecModel, StrictStr, Text, is_blank
+from kvclaims.spec._types import FormatVersion, Identifier, NonBlankText, SpecModel, Text, is_blank
 from kvclaims.spec.errors import DescriptorError, Problem
 from kvclaims.spec.evidence import (
     Adapter,
@@ -39,7 +39,7 @@ class Descriptor(SpecModel):
 
     descriptor: FormatVersion = Field(description="The format version; always 1.")
     runtime: Identifier = Field(description="The runtime family (tensorrt-llm, sglang, vllm, ...).")
-    surface: StrictStr = Field(min_length=1, description="The exact surface judged, human readable.")
+    surface: NonBlankText = Field(description="The exact surface judged, human readable.")
     version: Text = Field("", description="The version pinned; this or `commit` is required.")
     commit: Text = Field("", description="The commit pinned; this or `version` is required.")
     provenance: Text = Field("", description="Where the curated facts come from.")

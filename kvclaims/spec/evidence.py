@@ -17,6 +17,7 @@ from pydantic import Field, PrivateAttr, model_validator
 
 from kvclaims.spec._types import (
     Identifier,
+    NonBlankText,
     NonNegativeInt,
     ObligationName,
     SpecModel,
@@ -299,7 +300,7 @@ class ForbiddenLowering(SpecModel):
 
     mode: ProtectionMode = Field(description="The mode the mapping would claim.")
     via: ApproximationSignal = Field(description="The primitive it would use; must be listed as present.")
-    reason: Annotated[Text, Field(min_length=1)] = Field(description="Why it misrepresents the contract.")
+    reason: NonBlankText = Field(description="Why it misrepresents the contract.")
 
 
 class LoweringRow(SpecModel):
