@@ -4,7 +4,9 @@ FILE is a descriptor (YAML), a directory of them, or `-` for one descriptor on s
 FILE, the descriptors shipped with kvclaims. Rows are
 each descriptor's `lowerings` (or every mode at every depth), narrowed by `--mode` / `--depth`
 (both repeatable). `--json` prints one JSON object per row (JSON lines). Exit 0 when every
-judged row is sound, 1 when one is not, 2 on invalid input.
+judged row is sound, 1 when one is not, 2 on invalid input. Every local trace a descriptor
+cites is re-checked first (digest, refinement verdict, what its evidence export witnesses);
+an anchor counts only for what its trace shows.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from kvclaims.bundled import DESCRIPTORS
 from kvclaims.cli._common import (
     Exit,
     json_option,
-    note_skipped_descriptor,
     print_json_lines,
     print_table,
     runs,
@@ -61,14 +62,14 @@ def _stdin_as_file(files: tuple[str, ...]) -> Iterator[list[str]]:
 
 
 def _judge(args: argparse.Namespace, files: list[str]) -> int:
-    from kvclaims.spec.descriptor import load_descriptors
+    from kvclaims.cli._recheck import load_rechecked
     from kvclaims.spec.lowering import lower_row
 
     modes = {ProtectionMode(m) for m in args.mode} if args.mode else None
     depths = {AdapterDepth(d) for d in args.depth} if args.depth else None
     verdicts = [
         lower_row(descriptor, row)
-        for _, descriptor in load_descriptors(files, on_skip=note_skipped_descriptor)
+        for _, descriptor in load_rechecked(files)
         for row in descriptor.rows()
         if (modes is None or row.mode in modes) and (depths is None or row.depth in depths)
     ]

@@ -3,7 +3,8 @@ and a heatmap PNG.
 
 Writes `lowering-matrix.md`, `lowering-matrix.json` and `lowering-matrix.png` into OUT,
 regenerated from the descriptors in DIR. Exit as `kvclaims lower` on the same descriptors: 0
-when every judged row is sound, 1 when one is not, 2 on invalid input. `--check` compares the
+when every judged row is sound, 1 when one is not, 2 on invalid input; cited traces are
+re-checked as there. `--check` compares the
 Markdown and JSON against OUT instead of writing and answers only that: exit 1 on drift, else 0.
 """
 
@@ -20,7 +21,6 @@ from kvclaims.cli._common import (
     Exit,
     PathType,
     json_option,
-    note_skipped_descriptor,
     out_option,
     print_written,
     runs,
@@ -31,10 +31,10 @@ OUTPUTS = ("lowering-matrix.md", "lowering-matrix.json")
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvclaims.spec.descriptor import load_descriptors
+    from kvclaims.cli._recheck import load_rechecked
     from kvclaims.spec.matrix import build_matrix, matrix_json, matrix_markdown
 
-    rows = build_matrix(load_descriptors([args.directory], on_skip=note_skipped_descriptor))
+    rows = build_matrix(load_rechecked([args.directory]))
     texts = {
         "lowering-matrix.md": matrix_markdown(rows),
         "lowering-matrix.json": json.dumps(matrix_json(rows), indent=2) + "\n",

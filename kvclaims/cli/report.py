@@ -107,11 +107,11 @@ def _user_traces(folder: Path, descriptors: Path | None, out: Path) -> list[Foun
 
 def lowering_matrix(descriptors: Path, out: Path) -> str:
     """The lowering matrix of the descriptors in `descriptors`: Markdown, JSON and heatmap."""
+    from kvclaims.cli._recheck import load_rechecked
     from kvclaims.report.heatmap import render_heatmap
-    from kvclaims.spec.descriptor import load_descriptors
     from kvclaims.spec.matrix import build_matrix, matrix_json, matrix_markdown
 
-    rows = build_matrix(load_descriptors([descriptors], on_skip=note_skipped_descriptor))
+    rows = build_matrix(load_rechecked([descriptors]))
     (out / "lowering-matrix.md").write_text(matrix_markdown(rows), encoding="utf-8")
     (out / "lowering-matrix.json").write_text(json.dumps(matrix_json(rows), indent=2) + "\n")
     render_heatmap(rows, out / "lowering-matrix.png")

@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -32,6 +34,7 @@ from kvclaims.spec.vocabulary import (
     ApproximationSignal,
     EvidenceScope,
     EvidenceStatus,
+    Obligation,
     ObservationAtom,
     ProtectionMode,
     TelemetryJoinPrecondition,
@@ -40,6 +43,53 @@ from kvclaims.spec.vocabulary import (
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _DIGEST_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class TraceReading:
+    """What re-checking one cited trace found (`kvclaims.refinement.evidence.read_trace`):
+    refinement's `outcome` and its one-line `reason`, the `format` it was read in, and for an
+    accepted trace what its evidence export shows: the claims it `witnessed` each obligation for
+    (limited to what the format can show), the `spans` of those claims (the first and last line of
+    the events naming each, its outcome included) and the `modes` each was submitted or accepted
+    with. Plain data, so that a re-check can be cached by the trace's digest."""
+
+    outcome: str
+    reason: str
+    format: str
+    witnessed: Mapping[Obligation, frozenset[str]]
+    spans: Mapping[str, tuple[int, int]]
+    modes: Mapping[str, frozenset[ProtectionMode]]
+
+    @property
+    def accepted(self) -> bool:
+        return self.outcome == "accepted"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "format": self.format,
+            "witnessed": {str(o): sorted(c) for o, c in self.witnessed.items()},
+            "spans": {c: list(span) for c, span in self.spans.items()},
+            "modes": {c: sorted(m) for c, m in self.modes.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> TraceReading:
+        """The reading `to_json` wrote; raises `KeyError`, `TypeError` or `ValueError` for
+        anything else (a cache entry that is not one is read afresh, never trusted)."""
+        witnessed, spans, modes = data["witnessed"], data["spans"], data["modes"]
+        if not (isinstance(witnessed, dict) and isinstance(spans, dict) and isinstance(modes, dict)):
+            raise TypeError("not a trace reading")
+        return cls(
+            outcome=str(data["outcome"]),
+            reason=str(data["reason"]),
+            format=str(data["format"]),
+            witnessed={Obligation(o): frozenset(map(str, c)) for o, c in witnessed.items()},
+            spans={str(c): (int(first), int(last)) for c, (first, last) in spans.items()},
+            modes={str(c): frozenset(map(ProtectionMode, m)) for c, m in modes.items()},
+        )
 
 
 class Anchor(SpecModel):
@@ -58,6 +108,13 @@ class Anchor(SpecModel):
     to the descriptor like `path`, which must exist (and match `registry_sha256` when given) for
     the anchor to count. Whoever re-checks cited traces reads them from here
     (`kvclaims.report.verdicts.anchored_checks`).
+
+    `kvclaims lower`, `matrix` and `report` re-check every local trace a descriptor cites: its
+    digest, then its refinement verdict (only an accepted trace that its writer closed counts),
+    then whether its evidence export witnesses the item's obligation for the claims the anchor
+    names, one of them of the mode being lowered, with `event_range` (when given) spanning every
+    event naming each of those claims, its outcome included. A trace read as a KV-event capture
+    shows only what a telemetry join can show, wherever the item is listed.
     """
 
     kind: AnchorKind = Field(description="What the anchor points at.")
@@ -73,9 +130,13 @@ class Anchor(SpecModel):
         None, description="Digest of the local file at `path`; counts only when it matches."
     )
     event_range: tuple[NonNegativeInt, NonNegativeInt] | None = Field(
-        None, description="[first, last] event of a trace the evidence is in."
+        None,
+        description="[first, last] line of a trace the evidence is in: spans every event naming the "
+        "listed claims, their outcomes included; absent: the whole trace.",
     )
-    claim_ids: list[Identifier] = Field([], description="The claims of a trace the evidence is about.")
+    claim_ids: list[Identifier] = Field(
+        [], description="The claims of a trace the evidence is about; a cited trace must witness each."
+    )
     format: TraceFormat | None = Field(
         None, description="Trace anchors: the format to re-check the trace in; absent: detected."
     )
@@ -94,6 +155,7 @@ class Anchor(SpecModel):
     _registry_resolved: Path | None = PrivateAttr(default=None)
     _registry_found: bool | None = PrivateAttr(default=None)
     _registry_digest_verified: bool | None = PrivateAttr(default=None)
+    _reading: TraceReading | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _ordered_event_range(self) -> Anchor:
@@ -127,6 +189,17 @@ class Anchor(SpecModel):
     def registry_file(self) -> Path | None:
         """The claim registry's file, resolved next to the descriptor (set by `verify`)."""
         return self._registry_resolved
+
+    @property
+    def reading(self) -> TraceReading | None:
+        """What re-checking the cited trace found (set by `attach_reading`); None until then."""
+        return self._reading
+
+    def attach_reading(self, reading: TraceReading) -> None:
+        """Record the re-check of this trace anchor's file (`kvclaims lower`, `matrix` and
+        `report` re-check every local trace a descriptor cites); the lowering then counts the
+        anchor only for what the re-checked trace shows (`kvclaims.spec.lowering`)."""
+        self._reading = reading
 
     @property
     def local(self) -> bool:

@@ -31,13 +31,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from kvclaims.spec.descriptor import Descriptor
-from kvclaims.spec.evidence import Adapter, EvidenceItem, LoweringRow, Observation
+from kvclaims.spec.evidence import Adapter, Anchor, EvidenceItem, LoweringRow, Observation
 from kvclaims.spec.tables import (
     DEPTH_SUPPLIES,
     ENFORCEMENT_CRITICAL,
     ENFORCEMENT_OBLIGATIONS,
     GLOBAL_FORBIDDEN_LOWERINGS,
     INFERENCE_VERDICTS,
+    KV_EVENT_FORMATS,
     MODE_BUNDLES,
     MODE_REQUIRED_ATOMS,
     OBLIGATION_CODES,
@@ -95,7 +96,7 @@ def lower_row(descriptor: Descriptor, row: LoweringRow) -> Verdict:
     """Judge one lowering row of `descriptor` (see the module docstring for the order)."""
     candidates = _admitted_candidates(descriptor, row.depth)
     findings = [
-        _finding(obligation, candidates.get(obligation, []))
+        _finding(obligation, candidates.get(obligation, []), row.mode)
         for obligation in Obligation
         if obligation in MODE_BUNDLES[row.mode]
     ]
@@ -141,7 +142,7 @@ def _admitted_candidates(descriptor: Descriptor, depth: AdapterDepth) -> dict[Ob
     return found
 
 
-def _finding(obligation: Obligation, candidates: list[_Candidate]) -> ObligationFinding:
+def _finding(obligation: Obligation, candidates: list[_Candidate], mode: ProtectionMode) -> ObligationFinding:
     """Count the candidates for one obligation; the shallowest counting one supplies it."""
     statuses_by_slot: dict[AdapterDepth, set[EvidenceStatus]] = defaultdict(set)
     for candidate in candidates:
@@ -150,7 +151,7 @@ def _finding(obligation: Obligation, candidates: list[_Candidate]) -> Obligation
     discounted: list[DiscountedEvidence] = []
     for candidate in candidates:
         contradicted = len(statuses_by_slot[candidate.slot]) > 1
-        problems = _discounts(candidate, obligation, contradicted)
+        problems = _discounts(candidate, obligation, contradicted, mode)
         if problems:
             discounted.extend(problems)
         else:
@@ -169,7 +170,9 @@ def _finding(obligation: Obligation, candidates: list[_Candidate]) -> Obligation
     )
 
 
-def _discounts(candidate: _Candidate, obligation: Obligation, contradicted: bool) -> list[DiscountedEvidence]:
+def _discounts(
+    candidate: _Candidate, obligation: Obligation, contradicted: bool, mode: ProtectionMode
+) -> list[DiscountedEvidence]:
     """Every fail-closed rule that keeps this item from counting, in seed order."""
     item, slot, source = candidate.item, candidate.slot, candidate.source
     problems: list[tuple[Rule, str]] = []
@@ -179,6 +182,8 @@ def _discounts(candidate: _Candidate, obligation: Obligation, contradicted: bool
         problems.append((Rule.obligations_are_evidence_gated, "no anchor"))
     else:
         problems.extend((Rule.obligations_are_evidence_gated, p) for p in item.anchor.problems())
+        if item.anchor.reading is not None and not item.anchor.problems():
+            problems.extend(_recheck_problems(item.anchor, obligation, mode))
     if slot is not NATIVE and item.scope not in RUNTIME_SCOPES:
         problems.append(
             (
@@ -213,6 +218,65 @@ def _discounts(candidate: _Candidate, obligation: Obligation, contradicted: bool
             )
         )
     return [DiscountedEvidence(source=source, rule=rule, reason=reason) for rule, reason in problems]
+
+
+def _recheck_problems(anchor: Anchor, obligation: Obligation, mode: ProtectionMode) -> list[tuple[Rule, str]]:
+    """Why the re-checked trace of `anchor` does not show `obligation` for a `mode` claim: it
+    was not accepted (or not closed); it is a KV-event capture, which shows only what a
+    telemetry join can; its export does not witness the obligation for the claims the anchor
+    names, or for none of them of `mode`; or `event_range` leaves out events of those claims."""
+    reading = anchor.reading
+    assert reading is not None
+    gated = Rule.obligations_are_evidence_gated
+    if not reading.accepted:
+        return [
+            (
+                gated,
+                f"the cited trace, re-checked, is {reading.outcome} ({reading.reason}): it evidences nothing",
+            )
+        ]
+    if reading.format in KV_EVENT_FORMATS and obligation not in DEPTH_SUPPLIES[AdapterDepth.telemetry_join]:
+        rule = (
+            Rule.telemetry_cannot_create_enforcement
+            if obligation in ENFORCEMENT_OBLIGATIONS
+            else Rule.adapter_depth_constrains_obligations
+        )
+        return [
+            (rule, f"a {reading.format} capture shows only what a telemetry join can show, not {obligation}")
+        ]
+    witnessed = reading.witnessed.get(obligation, frozenset())
+    if not witnessed:
+        return [(gated, f"the cited trace's evidence export does not witness {obligation}")]
+    if not anchor.claim_ids:
+        return [(gated, "the anchor names no claim of the cited trace")]
+    problems: list[tuple[Rule, str]] = []
+    unwitnessed = [c for c in anchor.claim_ids if c not in witnessed]
+    if unwitnessed:
+        problems.append(
+            (gated, f"the cited trace does not witness {obligation} for {', '.join(unwitnessed)}")
+        )
+    if not any(reading.modes.get(c) == {mode} for c in anchor.claim_ids if c in witnessed):
+        held = sorted({str(m) for c in anchor.claim_ids for m in reading.modes.get(c, ())})
+        problems.append(
+            (
+                gated,
+                f"the cited trace witnesses {obligation} for no {mode} claim (the anchor's claims "
+                f"are {', '.join(held) or 'of no mode'})",
+            )
+        )
+    if anchor.event_range is not None:
+        first, last = anchor.event_range
+        for claim in anchor.claim_ids:
+            span = reading.spans.get(claim)
+            if span is not None and not first <= span[0] <= span[1] <= last:
+                problems.append(
+                    (
+                        gated,
+                        f"event_range [{first}, {last}] leaves out events of {claim} (lines "
+                        f"{span[0]}-{span[1]}, its outcome included)",
+                    )
+                )
+    return problems
 
 
 def _atom_findings(

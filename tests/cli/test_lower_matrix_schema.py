@@ -14,8 +14,12 @@ from kvclaims.cli import main
 from kvclaims.refinement.testing import TraceBuilder
 
 
+CITED = {**TRACE_ANCHOR, "claim_ids": ["A"]}
+"""The anchor of every item: a trace that accepts and materializes best_effort claim A."""
+
+
 def item_yaml(obligation: str) -> str:
-    entry = {"obligation": obligation, "status": "supported", "scope": "litmus_trace", "anchor": TRACE_ANCHOR}
+    entry = {"obligation": obligation, "status": "supported", "scope": "litmus_trace", "anchor": CITED}
     return json.dumps(entry)
 
 
@@ -49,8 +53,10 @@ def descriptors(tmp_path: Path) -> Path:
     folder = tmp_path / "descriptors"
     (folder / "runs").mkdir(parents=True)
     (folder / "example.yaml").write_text(SOUND_BEST_EFFORT)
-    # the anchored trace must exist: a trace anchor to a missing file never counts
-    (folder / TRACE_ANCHOR["path"]).write_bytes(TraceBuilder(usable_blocks=8).accept("A", blocks=1).ndjson())
+    # the anchored trace must exist (a trace anchor to a missing file never counts) and, re-checked,
+    # evidence what it is cited for: I, P, M and T for a best_effort claim
+    trace = TraceBuilder(usable_blocks=8).accept("A", mode="best_effort", blocks=1)
+    (folder / TRACE_ANCHOR["path"]).write_bytes(trace.store_prefix("A", 1).materialize("A", 1).ndjson())
     return folder
 
 

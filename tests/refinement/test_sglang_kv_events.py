@@ -88,7 +88,9 @@ def test_the_recorded_capture_is_accepted_with_telemetry_join_evidence_only(tmp_
     verdict = check_trace(CAPTURE, format="sglang-kv-events", registry=REGISTRY)
     assert verdict.outcome is Outcome.accepted, verdict.reason
     assert verdict.format == "sglang-kv-events"
-    supplied = {item.obligation for item in evidence_items(verdict, CAPTURE, relative_to=tmp_path)}
+    supplied = {
+        item.obligation for item in evidence_items(verdict, CAPTURE, relative_to=tmp_path, registry=REGISTRY)
+    }
     assert supplied == DEPTH_SUPPLIES[AdapterDepth.telemetry_join]
 
 

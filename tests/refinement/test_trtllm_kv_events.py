@@ -67,7 +67,9 @@ def test_the_capture_is_detected_and_accepted_with_telemetry_join_evidence_only(
     verdict = check_trace(CAPTURE, registry=REGISTRY)
     assert verdict.format == "trtllm-kv-events"
     assert verdict.outcome is Outcome.accepted, verdict.reason
-    supplied = {item.obligation for item in evidence_items(verdict, CAPTURE, relative_to=tmp_path)}
+    supplied = {
+        item.obligation for item in evidence_items(verdict, CAPTURE, relative_to=tmp_path, registry=REGISTRY)
+    }
     assert supplied == DEPTH_SUPPLIES[AdapterDepth.telemetry_join]
 
 

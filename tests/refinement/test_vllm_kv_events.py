@@ -92,7 +92,8 @@ def test_a_joined_capture_is_accepted_and_evidences_only_telemetry_join_obligati
     assert verdict.format == "vllm-kv-events"
     assert verdict.outcome is Outcome.accepted, verdict.reason
     assert any("telemetry_join preconditions hold" in note for note in verdict.notes)
-    items = evidence_items(verdict, tmp_path / f"capture{suffix}", relative_to=tmp_path)
+    trace, joined = tmp_path / f"capture{suffix}", tmp_path / "registry.yaml"
+    items = evidence_items(verdict, trace, relative_to=tmp_path, registry=joined)
     supplied = {item.obligation for item in items}
     assert supplied == DEPTH_SUPPLIES[AdapterDepth.telemetry_join]  # I, P, M, T: no A, no L
 
