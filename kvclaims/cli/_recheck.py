@@ -2,8 +2,11 @@
 lower`, `matrix`, `report`): each reading (`kvclaims.refinement.evidence.read_trace`) is
 attached to its anchor, and the lowering counts the anchor only for what the trace shows.
 
-A trace is re-checked only when its anchor otherwise counts (its file exists and its digest,
-when given, matches: a tampered trace is refused by its digest before anything reads it).
+A cited trace is a local trace anchor's file, or a local artifact anchor's file when its item's
+scope says a trace shows it (`conformance_trace`, `litmus_trace`: a run's trace by another
+name is re-checked as one). It is re-checked only when its anchor otherwise counts (its file
+exists and its digest, when given, matches: a tampered trace is refused by its digest before
+anything reads it).
 Readings are cached by what decides them: the trace's sha256, the format it is read in, the
 claim registry's sha256, and the digest of the code that judges it (refinement, the state
 machine, the spec). In memory for the process, and as JSON in the user's cache directory
@@ -19,7 +22,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from kvclaims import userdirs
@@ -28,10 +31,13 @@ from kvclaims.refinement.evidence import file_sha256, read_trace
 from kvclaims.refinement.sources import AUTO
 from kvclaims.spec.descriptor import Descriptor, load_descriptors
 from kvclaims.spec.evidence import Anchor, TraceReading
-from kvclaims.spec.vocabulary import AnchorKind
+from kvclaims.spec.vocabulary import AnchorKind, EvidenceScope
 
 _FORMAT = "kvclaims-trace-reading/1"
 _DECIDING_PACKAGES = ("refinement", "statemachine", "spec")
+
+TRACE_SCOPES = frozenset({EvidenceScope.conformance_trace, EvidenceScope.litmus_trace})
+"""Scopes whose evidence is a run's trace, whatever its anchor's kind."""
 
 _READINGS: dict[str, TraceReading] = {}
 """This process's readings, by cache key."""
@@ -61,15 +67,26 @@ def load_rechecked(targets: Iterable[str | Path]) -> list[tuple[Path, Descriptor
 
 
 def recheck_cited_traces(descriptors: Iterable[Descriptor]) -> None:
-    """Attach a reading to every counting local trace anchor of `descriptors`."""
+    """Attach a reading to every cited trace's anchor of `descriptors` (see the module docstring)."""
     for descriptor in descriptors:
-        for anchor in descriptor.anchors():
-            if _rechecked(anchor):
-                anchor.attach_reading(_reading(anchor))
+        for anchor in _cited_traces(descriptor):
+            anchor.attach_reading(_reading(anchor))
 
 
-def _rechecked(anchor: Anchor) -> bool:
-    return anchor.kind is AnchorKind.trace and anchor.local and anchor.resolved is not None and anchor.counts
+def _cited_traces(descriptor: Descriptor) -> Iterator[Anchor]:
+    listed = [
+        *descriptor.native,
+        *(i for a in descriptor.adapters for i in a.evidence),
+        *descriptor.observations,
+    ]
+    for item in listed:
+        anchor = item.anchor
+        if anchor is None or not anchor.local or anchor.resolved is None or not anchor.counts:
+            continue
+        if anchor.kind is AnchorKind.trace or (
+            anchor.kind is AnchorKind.artifact and item.scope in TRACE_SCOPES
+        ):
+            yield anchor
 
 
 def _reading(anchor: Anchor) -> TraceReading:

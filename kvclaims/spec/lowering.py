@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from kvclaims.spec.descriptor import Descriptor
-from kvclaims.spec.evidence import Adapter, Anchor, EvidenceItem, LoweringRow, Observation
+from kvclaims.spec.evidence import Adapter, Anchor, EvidenceItem, LoweringRow, Observation, TraceReading
 from kvclaims.spec.tables import (
     DEPTH_SUPPLIES,
     ENFORCEMENT_CRITICAL,
@@ -229,12 +229,7 @@ def _recheck_problems(anchor: Anchor, obligation: Obligation, mode: ProtectionMo
     assert reading is not None
     gated = Rule.obligations_are_evidence_gated
     if not reading.accepted:
-        return [
-            (
-                gated,
-                f"the cited trace, re-checked, is {reading.outcome} ({reading.reason}): it evidences nothing",
-            )
-        ]
+        return [(gated, _not_accepted(reading))]
     if reading.format in KV_EVENT_FORMATS and obligation not in DEPTH_SUPPLIES[AdapterDepth.telemetry_join]:
         rule = (
             Rule.telemetry_cannot_create_enforcement
@@ -279,6 +274,10 @@ def _recheck_problems(anchor: Anchor, obligation: Obligation, mode: ProtectionMo
     return problems
 
 
+def _not_accepted(reading: TraceReading) -> str:
+    return f"the cited trace, re-checked, is {reading.outcome} ({reading.reason}): it evidences nothing"
+
+
 def _atom_findings(
     observations: Iterable[Observation], mode: ProtectionMode
 ) -> tuple[list[DiscountedEvidence], list[ObservationAtom]]:
@@ -289,9 +288,10 @@ def _atom_findings(
     for index, observation in enumerate(observations):
         if observation.atom not in required:
             continue
-        problems = [] if observation.anchor is None else observation.anchor.problems()
-        if observation.anchor is None:
-            problems.append("no anchor")
+        anchor = observation.anchor
+        problems = ["no anchor"] if anchor is None else anchor.problems()
+        if anchor is not None and not problems and anchor.reading is not None and not anchor.reading.accepted:
+            problems.append(_not_accepted(anchor.reading))
         if observation.scope not in OBSERVED_SCOPES:
             problems.append(f"scope {observation.scope} did not observe the runtime")
         if problems:

@@ -302,3 +302,47 @@ def test_every_shipped_cited_trace_passes_its_re_check() -> None:
     # No committed engine-lane trace holds a best_effort or soft_priority claim, nor the harm
     # of a hard_protected one: those modes are not evidenced by claims of their own mode.
     assert vllm == {"demotable", "expiring", "offloadable"}
+
+
+def test_a_trace_cited_as_an_artifact_of_a_trace_scope_is_re_checked_as_a_trace(tmp_path: Path) -> None:
+    items = exported(tmp_path, offloadable_run())
+    bad = tmp_path / "bad.ndjson"
+    bad.write_bytes(rejected_run().ndjson())
+    as_artifact = [{**i, "anchor": {**i["anchor"], "kind": "artifact"}} for i in _cite(tmp_path, items, bad)]
+    for i in as_artifact:
+        for field in ("ordering", "claim_scope"):
+            i["anchor"].pop(field)
+    verdict = lowered(descriptor(tmp_path, as_artifact), "offloadable")
+    assert "re-checked, is rejected" in reasons(verdict, Obligation.claim_identity)
+    twin = [{**i, "anchor": {**i["anchor"], "kind": "artifact"}} for i in items]
+    assert lowered(descriptor(tmp_path, twin, "twin.yaml"), "offloadable").label.is_sound
+
+
+def test_an_observation_anchored_by_a_rejected_trace_is_not_observed(tmp_path: Path) -> None:
+    good, bad = tmp_path / "good.ndjson", tmp_path / "bad.ndjson"
+    good.write_bytes(offloadable_run().ndjson())
+    bad.write_bytes(rejected_run().ndjson())
+
+    def observed(trace: Path, name: str) -> Verdict:
+        anchor = {
+            "kind": "trace",
+            "path": trace.name,
+            "note": "a run",
+            "ordering": "seq",
+            "claim_scope": "id",
+        }
+        observation = {"atom": "pressure_control_original", "scope": "controlled_pressure", "anchor": anchor}
+        document = {
+            "descriptor": 1,
+            "runtime": "x",
+            "surface": "x 1",
+            "version": "1",
+            "observations": [observation],
+        }
+        (tmp_path / name).write_text(yaml.safe_dump(document), encoding="utf-8")
+        return lowered(tmp_path / name, "soft_priority")
+
+    refused = observed(bad, "bad.yaml")
+    assert "pressure_control_original" in refused.missing_atoms
+    assert any("re-checked, is rejected" in r for r in refused.reasons)
+    assert "pressure_control_original" not in observed(good, "good.yaml").missing_atoms
