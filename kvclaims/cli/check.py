@@ -131,6 +131,10 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(
             [Problem("-", "--evidence-out needs trace files: an evidence item cites its trace's path")]
         )
+    if args.open and args.evidence_out is not None:
+        raise InputError(
+            [Problem("--open", "--evidence-out needs closed traces: an open prefix is evidence of nothing")]
+        )
     if args.format in KV_EVENT_FORMATS and args.registry is None:
         # named for the whole run, so no trace of it could be judged: say so before reading any
         needs = f"--format {args.format} captures need a claim registry (--registry FILE)"

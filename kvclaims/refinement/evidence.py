@@ -20,7 +20,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from kvclaims.refinement.abstractions.kvclaims_v1 import FORMAT as KVCLAIMS_V1
 from kvclaims.refinement.api import check_trace
+from kvclaims.refinement.decoding import EVENT_STRUCTS
 from kvclaims.refinement.reader import TraceInputError, TraceStream
 from kvclaims.refinement.sources import AUTO, open_source
 from kvclaims.refinement.verdict import Outcome, TraceVerdict, Witness
@@ -96,8 +98,8 @@ def evidence_items(
     path relative to `relative_to` (the directory the evidence file is written to). A KV-event
     capture's anchor also says how it is re-checked: its format and the claim `registry` it was
     joined with (relative like the path, with its digest), which it needs: the claims' events
-    are read again to span them. Raises `ValueError` for a verdict that is not accepted, or a
-    capture without its registry."""
+    are read again to span them. Raises `ValueError` for a verdict that is not accepted, an
+    open kvclaims-v1 prefix (no `trace_closed`), or a capture without its registry."""
     if verdict.outcome is not Outcome.accepted:
         raise ValueError(f"only an accepted trace is evidence; this one is {verdict.outcome}")
     if verdict.format in KV_EVENT_FORMATS and registry is None:
@@ -149,6 +151,9 @@ def _recheck(fmt: str, registry: Path | None, relative_to: Path) -> dict[str, st
     }
 
 
+_CLOSED = EVENT_STRUCTS["trace_closed"]
+
+
 def _claims_of(by_obligation: dict[Obligation, list[Witness]]) -> frozenset[str]:
     return frozenset(c for witnesses in by_obligation.values() for w in witnesses for c in w.claim_ids)
 
@@ -163,6 +168,8 @@ class _ClaimLines:
         self.claims = claims
         self.spans: dict[str, tuple[int, int]] = {}
         self.modes: dict[str, set[ProtectionMode]] = {}
+        self.closed = False
+        """Whether the writer's `trace_closed` was read (kvclaims-v1's end)."""
 
     def feed(self, event: Any, line: int, index: int) -> None:
         self._note(event, line)
@@ -175,6 +182,8 @@ class _ClaimLines:
         """An unknown event names no claim the model judged (the trace was accepted)."""
 
     def _note(self, event: Any, line: int) -> None:
+        if type(event) is _CLOSED:
+            self.closed = True
         named = getattr(event, "claim_id", None)
         for claim in (named, *(getattr(event, "blocking_claim_ids", None) or ())):
             if claim not in self.claims:
@@ -192,10 +201,13 @@ def claim_spans(
 ) -> tuple[dict[str, tuple[int, int]], dict[str, frozenset[ProtectionMode]]]:
     """For each of `claims`: the [first, last] line of the events of `trace` (read in `fmt`,
     a concrete format) that name it, and the modes it was submitted or accepted with. Reads
-    the trace once more without judging it: call it for a trace refinement accepted."""
+    the trace once more without judging it: call it for a trace refinement accepted. Raises
+    `ValueError` for a kvclaims-v1 trace its writer did not close (judged as an open prefix)."""
     recorder = _ClaimLines(frozenset(claims))
     with TraceStream(trace.open("rb")) as stream:
         open_source(stream, fmt, registry=registry).drive(recorder)
+    if fmt == KVCLAIMS_V1 and not recorder.closed:
+        raise ValueError(f"{trace} does not end with trace_closed: an open prefix is evidence of nothing")
     return recorder.spans, {c: frozenset(m) for c, m in recorder.modes.items()}
 
 

@@ -346,3 +346,21 @@ def test_an_observation_anchored_by_a_rejected_trace_is_not_observed(tmp_path: P
     assert "pressure_control_original" in refused.missing_atoms
     assert any("re-checked, is rejected" in r for r in refused.reasons)
     assert "pressure_control_original" not in observed(good, "good.yaml").missing_atoms
+
+
+def test_an_open_prefix_exports_no_evidence(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kvclaims.refinement import check_trace
+    from kvclaims.refinement.evidence import evidence_items
+
+    cut = tmp_path / "open.ndjson"
+    cut.write_bytes(offloadable_run().ndjson(closed=False))
+    out = tmp_path / "evidence.yaml"
+    assert main(["check", str(cut), "--open", "--evidence-out", str(out)]) == 2
+    assert "open prefix is evidence of nothing" in capsys.readouterr().err and not out.exists()
+    verdict = check_trace(cut, open=True)
+    assert verdict.outcome == "accepted"
+    with pytest.raises(ValueError, match="does not end with trace_closed"):
+        evidence_items(verdict, cut, relative_to=tmp_path)
+    closed = tmp_path / "closed.ndjson"
+    closed.write_bytes(offloadable_run().ndjson())
+    assert evidence_items(check_trace(closed), closed, relative_to=tmp_path)
