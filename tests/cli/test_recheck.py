@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support import runs
 
 from kvclaims.cli import _recheck, main
 from kvclaims.cli._recheck import cache_directory, load_rechecked
@@ -27,23 +28,11 @@ KV_EVENTS = SHIPPED / "evidence" / "runtime-kv-events"
 
 
 def offloadable_run() -> TraceBuilder:
-    """Paths A and B for offloadable claim C, a harm of offloadable claim D, and a hard claim H
-    accepted and materialized (so identity is witnessed for claims of two modes)."""
-    trace = TraceBuilder(usable_blocks=80)
-    for claim_id in ("C", "D"):
-        trace.accept(claim_id, mode="offloadable").store_prefix(claim_id, 4).materialize(claim_id, 4)
-    trace.accept("H", mode="hard_protected").store_prefix("H", 4).materialize("H", 4)
-    trace.offload("C").admit("a").restore_required("C", "a").restored("C", "a").reuse("a", "C", 4).finish("a")
-    trace.offload("C").admit("b").restore_required("C", "b").restoration_failed("C", "b")
-    trace.conflict("b", ["C"], reason="restoration_failed").finish("b")
-    trace.remove_block("D", 0).claim_event("harmed", "D", leading_blocks=0, required_blocks=4)
-    return trace
+    return runs.offloadable_run(hard_claim=True)
 
 
 def rejected_run() -> TraceBuilder:
-    """Harm reported after the claim was demoted: post-release loss is not harm."""
-    trace = offloadable_run().claim_event("demoted", "C")
-    return trace.claim_event("harmed", "C", leading_blocks=0, required_blocks=4)
+    return runs.rejected_run(hard_claim=True)
 
 
 def exported(tmp_path: Path, trace: TraceBuilder, name: str = "run.ndjson") -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.runs import offloadable_run, rejected_run
 
 from kvclaims.cli import main
 from kvclaims.cli.app import COMMANDS
@@ -22,24 +23,6 @@ from kvclaims.spec.vocabulary import AdapterDepth, Label, Obligation, Protection
 def kvclaims_check(*argv: str) -> int:
     """`kvclaims check ...` through the command line's own entry (`kvclaims.cli.main`)."""
     return main(["check", *argv])
-
-
-def offloadable_run() -> TraceBuilder:
-    """Paths A and B for one offloadable claim, and a reported harm of another."""
-    trace = TraceBuilder(usable_blocks=80)
-    for claim_id in ("C", "D"):
-        trace.accept(claim_id, mode="offloadable").store_prefix(claim_id, 4).materialize(claim_id, 4)
-    trace.offload("C").admit("a").restore_required("C", "a").restored("C", "a").reuse("a", "C", 4).finish("a")
-    trace.offload("C").admit("b").restore_required("C", "b").restoration_failed("C", "b")
-    trace.conflict("b", ["C"], reason="restoration_failed").finish("b")
-    trace.remove_block("D", 0).claim_event("harmed", "D", leading_blocks=0, required_blocks=4)
-    return trace
-
-
-def rejected_run() -> TraceBuilder:
-    """Harm reported after the claim was demoted: post-release loss is not harm."""
-    trace = offloadable_run().claim_event("demoted", "C")
-    return trace.claim_event("harmed", "C", leading_blocks=0, required_blocks=4)
 
 
 def write(path: Path, trace: TraceBuilder) -> Path:
