@@ -219,10 +219,12 @@ def read_trace(trace: Path, *, format: str = AUTO, registry: Path | None = None)
     try:
         verdict = check_trace(trace, format=format, registry=registry)
         if verdict.outcome is not Outcome.accepted:
-            return TraceReading(str(verdict.outcome), verdict.reason, verdict.format, {}, {}, {})
+            reason = verdict.reason.replace(str(trace), trace.name)  # readings are cached: no machine paths
+            return TraceReading(str(verdict.outcome), reason, verdict.format, {}, {}, {})
         by_obligation = _by_obligation(verdict)
         spans, modes = claim_spans(trace, verdict.format, registry, _claims_of(by_obligation))
     except (InputError, ValueError, OSError, TraceInputError) as error:
-        return TraceReading("unreadable", f"could not be re-checked: {error}", format, {}, {}, {})
+        reason = str(error).replace(str(trace), trace.name)
+        return TraceReading("unreadable", f"could not be re-checked: {reason}", format, {}, {}, {})
     witnessed = {o: frozenset(c for w in ws for c in w.claim_ids) for o, ws in by_obligation.items()}
     return TraceReading(str(verdict.outcome), verdict.reason, verdict.format, witnessed, spans, modes)

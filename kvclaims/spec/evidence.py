@@ -96,7 +96,9 @@ class Anchor(SpecModel):
     """Where evidence can be checked: public docs, source at a commit, a trace, an artifact.
 
     An anchor counts only with a non-empty locator (`path` or `url`) and a non-empty `note`
-    (a field of invisible characters only, such as zero-width or non-breaking spaces, is empty).
+    (a field of characters that render as nothing is empty: whitespace, format characters such
+    as zero-width spaces and tag characters, combining marks with no base, variation selectors,
+    Hangul fillers and every other default-ignorable code point; `kvclaims.spec.text`).
     A trace anchor must also say how order is preserved (`ordering`) and how events are tied to
     the claim (`claim_scope`), because a trace without order or claim scope proves nothing about
     a lifecycle. A local trace or artifact anchor whose file does not exist never counts, and an

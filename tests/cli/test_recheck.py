@@ -353,3 +353,13 @@ def test_an_open_prefix_exports_no_evidence(tmp_path: Path, capsys: pytest.Captu
     closed = tmp_path / "closed.ndjson"
     closed.write_bytes(offloadable_run().ndjson())
     assert evidence_items(check_trace(closed), closed, relative_to=tmp_path)
+
+
+def test_a_capture_cited_without_its_registry_evidences_nothing_and_says_why(tmp_path: Path) -> None:
+    cited = _kv_event_item(tmp_path, Obligation.claim_identity)
+    for field in ("format", "registry"):
+        cited["anchor"].pop(field)
+    verdict = lowered(descriptor(tmp_path, [cited]), "best_effort")
+    why = reasons(verdict, Obligation.claim_identity)
+    assert "re-checked, is inconclusive" in why and "needs a claim registry" in why
+    assert str(tmp_path) not in why  # the reading is cached and shown: no machine path in it
