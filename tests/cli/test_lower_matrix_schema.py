@@ -13,7 +13,6 @@ from support.descriptors import ALL_PRECONDITIONS, TRACE_ANCHOR
 from kvclaims.cli import main
 from kvclaims.refinement.testing import TraceBuilder
 
-
 CITED = {**TRACE_ANCHOR, "claim_ids": ["A"]}
 """The anchor of every item: a trace that accepts and materializes best_effort claim A."""
 
