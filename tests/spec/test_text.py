@@ -126,3 +126,29 @@ def test_an_anchor_whose_note_or_locator_says_nothing_does_not_count(tmp_path: P
     ] in anchor.problems()
     twin = load_descriptor(_descriptor(tmp_path, **{field: HIDDEN + "https://x.org/seen"})).native[0].anchor
     assert twin.counts
+
+
+def test_a_pin_that_says_nothing_pins_nothing(tmp_path: Path) -> None:
+    path = _descriptor(tmp_path)
+    path.write_text(path.read_text(encoding="utf-8").replace('version: "1.0"', f'version: "{HIDDEN}"'))
+    with pytest.raises(DescriptorError, match="must pin its surface"):
+        load_descriptor(path)
+    path.write_text(
+        path.read_text(encoding="utf-8").replace(f'version: "{HIDDEN}"', f'version: "{HIDDEN}1.0"')
+    )
+    assert load_descriptor(path).version.endswith("1.0")
+
+
+@pytest.mark.parametrize("field", ["ordering", "claim_scope"])
+def test_a_trace_anchor_whose_ordering_or_scope_says_nothing_does_not_count(
+    tmp_path: Path, field: str
+) -> None:
+    path = _descriptor(tmp_path)
+    trace_anchor = 'anchor: {kind: trace, url: "https://x.org/t", note: run, ordering: seq, claim_scope: id}'
+    text = path.read_text(encoding="utf-8").replace("scope: docs", "scope: conformance_trace")
+    text = text.replace('anchor: {kind: docs, url: "https://x.org/d", note: "says so"}', trace_anchor)
+    hidden = text.replace(f"{field}: {'seq' if field == 'ordering' else 'id'}", f'{field}: "{HIDDEN}"')
+    path.write_text(hidden, encoding="utf-8")
+    assert not load_descriptor(path).native[0].anchor.counts
+    path.write_text(text, encoding="utf-8")
+    assert load_descriptor(path).native[0].anchor.counts
