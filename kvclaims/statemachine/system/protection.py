@@ -1,0 +1,151 @@
+"""Protection ending or shrinking (DESIGN 4 rules 7 `duration` and 10 `no_silent_harm`): a claim's
+promised term is judged on every clock it carries (engine steps and wall-clock ms) whenever its
+responsibility ends; a loss report agrees with the prefix its blocks show.
+
+Events: resident_claim_demoted, resident_claim_expired, resident_claim_released,
+resident_claim_harmed, resident_claim_lost (engine_step, t_ns, leading_blocks, required_blocks),
+request_reused (refresh-on-hit restarts the clocks).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvclaims.spec.vocabulary import (
+    TraceWitness,
+)
+from kvclaims.statemachine.lifecycle import (
+    Event,
+    Phase,
+)
+from kvclaims.statemachine.system.records import (
+    _NS_PER_MS,
+    RESPONSIBLE,
+    ClaimRecord,
+    R,
+    Undecided,
+)
+
+
+class ProtectionModel:
+    """The rules on protection ending, as `SystemState` methods."""
+
+    def _demoted(self, ev: Any) -> None:
+        claim = self._claim(ev.claim_id)
+        self._advance(claim, Event.demote)
+        claim.settled_at = self._at
+
+    def _expired(self, ev: Any) -> None:
+        claim = self._claim(ev.claim_id)
+        if claim.phase in RESPONSIBLE:
+            self._check_duration(claim, ev)
+        self._advance(claim, Event.expire)
+        claim.settled_at = self._at
+
+    def _released(self, ev: Any) -> None:
+        self._advance(self._claim(ev.claim_id), Event.release)
+
+    def _harmed(self, ev: Any) -> None:
+        claim = self._claim(ev.claim_id)
+        if claim.phase in RESPONSIBLE or claim.phase is Phase.breached:
+            self._check_harm_numbers(claim, ev)
+        was_breached = claim.phase is Phase.breached
+        self._advance(claim, Event.harm)
+        if was_breached:
+            self._witness(TraceWitness.harm_reported, (claim.accepted_at, self._at), claim.claim_id)
+
+    def _check_harm_numbers(self, claim: ClaimRecord, ev: Any) -> None:
+        if ev.leading_blocks >= ev.required_blocks:
+            self._claim_fail(
+                claim,
+                R.no_silent_harm,
+                f"harm reported with {ev.leading_blocks} leading blocks of {ev.required_blocks} "
+                "required: by its own numbers the predicate still holds",
+            )
+        if claim.required is not None and ev.required_blocks != claim.required:
+            self._claim_fail(
+                claim,
+                R.no_silent_harm,
+                f"harm reports required_blocks {ev.required_blocks}, but the claim's predicate "
+                f"needs {claim.required}",
+            )
+        self._agree_with_blocks(claim, ev.leading_blocks, "harm")
+
+    def _agree_with_blocks(self, claim: ClaimRecord, reported: int, what: str) -> None:
+        """A loss report (harm or lost) must agree with the device-tier prefix the trace's
+        blocks showed, when they showed one: the predicate fell, to exactly that many blocks."""
+        if claim.present is None or claim.required is None or claim.phase is Phase.offloaded:
+            return
+        if claim.leading >= claim.required:
+            self._claim_fail(
+                claim,
+                R.no_silent_harm,
+                f"{what} reported while the claim's blocks still hold {claim.leading} contiguous "
+                f"leading blocks of {claim.required} required: the predicate still holds",
+            )
+        if reported != claim.leading:
+            self._claim_fail(
+                claim,
+                R.no_silent_harm,
+                f"{what} reports {reported} leading blocks, but its blocks show {claim.leading}",
+            )
+
+    def _lost(self, ev: Any) -> None:
+        claim = self._claim(ev.claim_id)
+        self._agree_with_blocks(claim, ev.leading_blocks, "loss")  # demoted or expired too (class 7)
+        self._advance(claim, Event.lose)
+        claim.reported_leading = min(claim.reported_leading, ev.leading_blocks)
+        if claim.required is not None and ev.leading_blocks >= claim.required:
+            self._claim_fail(
+                claim,
+                R.lifecycle,
+                f"loss reported with {ev.leading_blocks} leading blocks of {claim.required} required: "
+                "the predicate still holds",
+            )
+        self._settled_loss(claim)
+
+    def _settled_loss(self, claim: ClaimRecord) -> None:
+        if claim.phase is Phase.demoted:
+            self._witness(TraceWitness.demoted_before_loss, (claim.settled_at, self._at), claim.claim_id)
+        elif claim.phase is Phase.expired:
+            self._witness(TraceWitness.expired_before_loss, (claim.settled_at, self._at), claim.claim_id)
+
+    def _check_duration(self, claim: ClaimRecord, ev: Any) -> None:
+        """A claim's promised duration is honoured: it may not expire before `duration_steps`
+        engine steps / `duration_ms` milliseconds from acceptance (or its last satisfied reuse,
+        with `refresh_on_hit`). A duration the trace gives no clock for is undecidable."""
+        for duration, start, now, unit, scale in (
+            (claim.duration_steps, claim.clock_step, ev.engine_step, "engine steps", 1),
+            (claim.duration_ms, claim.clock_ns, ev.t_ns, "ms", _NS_PER_MS),
+        ):
+            if duration is None:
+                continue
+            if start is None or now is None:
+                self.undecided.append(
+                    Undecided(
+                        f"{claim.claim_id}: expired with a duration of {duration} {unit}, but the "
+                        f"trace gives no {'engine_step' if scale == 1 else 't_ns'} on its acceptance "
+                        "and expiry, so the duration could not be checked",
+                        self._at,
+                    )
+                )
+            elif now - start < duration * scale:
+                self._claim_fail(
+                    claim,
+                    R.duration,
+                    f"expired {(now - start) / scale:g} {unit} after its clock started; it promised "
+                    f"{duration} {unit}",
+                )
+
+    def _refresh(self, claim: ClaimRecord, ev: Any) -> None:
+        """A satisfied reuse restarts a refresh-on-hit claim's clocks, never backwards: a hit
+        stamped before the clock's start cannot shorten the promise. A hit with no clock value
+        leaves that clock unknown (a later expiry is then undecidable)."""
+        if claim.refresh_on_hit:
+            claim.clock_step = _later(claim.clock_step, ev.engine_step)
+            claim.clock_ns = _later(claim.clock_ns, ev.t_ns)
+
+
+def _later(clock: int | None, stamp: int | None) -> int | None:
+    """The restarted clock: the hit's stamp, or the old start if that is later."""
+    return None if stamp is None else stamp if clock is None else max(clock, stamp)
