@@ -20,6 +20,7 @@ from kvclaims.statemachine.lifecycle import (
     Event,
     Phase,
 )
+from kvclaims.statemachine.system.declarations import Rule
 from kvclaims.statemachine.system.records import (
     _MAX_HOLDERS,
     _NO_PAIRS,
@@ -30,6 +31,7 @@ from kvclaims.statemachine.system.records import (
     ClaimRecord,
     OutOfBudget,
     R,
+    Undecided,
 )
 
 
@@ -93,7 +95,10 @@ class BlockModel:
         if held is not None and held != ev.block_hash:
             self._lose_owners(key)  # different content in a held block id: a loss for its holders
         self.block_hash[key] = ev.block_hash
-        if claim is None or ev.position is None or not self._tracks(claim):
+        if claim is None or not self._tracks(claim):
+            return
+        if ev.position is None:
+            self._unplaced(claim, key)
             return
         self._start_tracking(claim)
         self._track(claim, key, ev.position)
@@ -215,6 +220,8 @@ class BlockModel:
         known = self._forget_content(ev) is not None
         owned = self._owners_of(ev.block_id)
         position = ev.position
+        if claim is not None and position is None and not known and self._tracks(claim):
+            self._unplaced(claim, ev.block_id)
         if claim is not None and position is not None and self._tracks(claim):
             if known and not any(o is claim and p == position for o, p in owned):
                 holders = ", ".join(f"{o.claim_id}@{p}" for o, p in owned) or "no claim"
@@ -240,6 +247,17 @@ class BlockModel:
             self._witness(TraceWitness.ordinary_eviction_without_claim, (self._at,))
         for owner, held_position in owned:  # a removal affects every holder, whichever it names
             self._lose(owner, held_position)
+
+    def _unplaced(self, claim: ClaimRecord, key: int) -> None:
+        """A claim-scoped block event the model cannot place (no `position`, and no stored block
+        says which): never dropped silently, it leaves the claim's prefix undecidable."""
+        self.undecided.append(
+            Undecided(
+                f"{self._event} names claim {claim.claim_id} for block {key} without field "
+                "`position`, and no stored block places it: the claim's prefix is undecidable",
+                self._at,
+            )
+        )
 
     def _prefix_map(self, claim: ClaimRecord) -> bytearray:
         """A fresh presence map for `claim`, counted against `max_prefix_positions`."""
@@ -289,3 +307,30 @@ def _assume_prefix(claim: ClaimRecord, blocks: int) -> None:
     present[:blocks] = present[:blocks].translate(_ASSUME)  # type: ignore[index]
     gap = present.find(0)  # type: ignore[union-attr]
     claim.leading = min(claim.footprint, len(present) if gap < 0 else gap)  # type: ignore[arg-type]
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "blocks.a_position_is_held_by_its_stored_content",
+        R.block_identity,
+        "DESIGN 4 rule 9",
+        "BlockModel._forget_content and BlockModel._track",
+        {
+            "block_stored": ("block_id", "block_hash", "claim_id", "position", "cache_level"),
+            "block_removed": ("block_id", "block_hash", "claim_id", "position", "cache_level"),
+        },
+        ("blocks.holders_keep_their_content",),
+    ),
+    Rule(
+        "harm.a_fallen_prefix_is_reported",
+        R.no_silent_harm,
+        "DESIGN 4 rule 10",
+        "BlockModel._lose",
+        {
+            "block_stored": ("block_id", "block_hash"),
+            "block_removed": ("block_id", "position"),
+            "resident_claim_restored": ("restored_blocks",),
+        },
+        ("lifecycle.harm_only_for_accepted_unreleased_claims",),
+    ),
+)

@@ -25,6 +25,7 @@ from kvclaims.statemachine.requests import (
     RequestPhase,
     RequestViolation,
 )
+from kvclaims.statemachine.system.declarations import Rule
 from kvclaims.statemachine.system.records import (
     _ADMITTED,
     _REQUEST_NEXT,
@@ -277,3 +278,37 @@ class RequestModel:
                 self._served_after_restore(claim_id, request_id, request)
         del self.requests[request_id]
         self.finished.add(request_id)
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "attribution.blocking_claims_are_responsible_and_exact",
+        R.attribution,
+        "DESIGN 4 rule 6",
+        "RequestModel._blame",
+        {
+            "active_request_deferred": ("blocking_claim_ids", "reason"),
+            "active_request_refused": ("blocking_claim_ids", "reason"),
+            "request_finished": ("request_id",),
+        },
+        (
+            "lifecycle.blocking_ids_name_only_responsible_claims",
+            "requests.no_restoration_refusal_after_finish",
+        ),
+    ),
+    Rule(
+        "requests.move_through_the_request_machine",
+        R.lifecycle,
+        "DESIGN 4 rule 3",
+        "RequestModel._request_step",
+        {
+            "active_request_admitted": ("request_id",),
+            "active_request_deferred": ("request_id",),
+            "active_request_refused": ("request_id",),
+            "request_reused": ("request_id",),
+            "request_finished": ("request_id", "status"),
+            "resident_claim_restore_required": ("request_id",),
+        },
+        ("requests.every_phase_reachable", "requests.nothing_after_finish"),
+    ),
+)

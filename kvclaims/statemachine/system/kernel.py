@@ -28,7 +28,8 @@ claims that left (released, harmed, rejected); `state.reserved_blocks` and
 `state.admitted_live_blocks` are the pool's occupancy. Runtimes that keep a claim ledger step
 the same model with the events they emit.
 
-The rules (DESIGN 4; each violation names one `ConformanceRule`) live in the sub-models of this package (terms, protection, restoration, two_key, demand,
+The rules (DESIGN 4; each violation names one `ConformanceRule`) live in the sub-models of this
+package (terms, protection, restoration, two_key, demand,
 occupancy, blocks); the kernel holds the state, the violation helpers, `_advance` (the one path a
 claim's phase moves by) and the router (`step`, `step_run`).
 """

@@ -16,6 +16,7 @@ from kvclaims.spec.tables import CAPACITY_PROOF_FIELDS
 from kvclaims.spec.vocabulary import (
     ConflictReason,
 )
+from kvclaims.statemachine.system.declarations import PROOF_NUMBERS, Rule
 from kvclaims.statemachine.system.records import (
     _PROTECTING,
     ASSUMED,
@@ -204,3 +205,31 @@ def _holdings_bound(claim: ClaimRecord) -> int:
     if present is None:
         return claim.reported_leading
     return sum(present) - (ASSUMED - 1) * present.count(ASSUMED)
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "capacity.proof_arithmetic",
+        R.capacity_arithmetic,
+        "DESIGN 4 rule 4",
+        "OccupancyModel._check_capacity",
+        {
+            "active_request_deferred": (*PROOF_NUMBERS, "reason"),
+            "active_request_refused": (*PROOF_NUMBERS, "reason"),
+        },
+        ("capacity.refusal_only_when_over_capacity", "capacity.anchor_live_trace_numbers_rejected"),
+    ),
+    Rule(
+        "capacity.state_each_block_counted_once",
+        R.capacity_state,
+        "DESIGN 4 rule 5",
+        "OccupancyModel._blocks_held_by",
+        {
+            "active_request_admitted": ("active_live_blocks", "claim_shared_blocks"),
+            "active_request_deferred": ("protected_resident_blocks", "blocking_claim_ids"),
+            "active_request_refused": ("protected_resident_blocks", "blocking_claim_ids"),
+            "resident_claim_materialized": ("leading_blocks",),
+        },
+        ("capacity.refusal_justified_by_reserved_blocks",),
+    ),
+)

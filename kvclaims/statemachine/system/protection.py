@@ -18,6 +18,7 @@ from kvclaims.statemachine.lifecycle import (
     Event,
     Phase,
 )
+from kvclaims.statemachine.system.declarations import CLOCKS, Rule
 from kvclaims.statemachine.system.records import (
     _NS_PER_MS,
     RESPONSIBLE,
@@ -26,31 +27,49 @@ from kvclaims.statemachine.system.records import (
     Undecided,
 )
 
+_EXPIRIES: frozenset[Event] = frozenset({Event.expire, Event.fail_restoration_expiry})
+"""The lifecycle events that end a claim by its clock (an expiry, or a restore failing as one)."""
+_PROMISE_BINDS: frozenset[Phase] = RESPONSIBLE | {
+    Phase.checkpoint_mismatch,
+    Phase.checkpoint_mismatch_in_place,
+}
+"""Phases in which the promised duration still binds (a restore that saw a different state key
+is still the runtime's responsibility until its failure outcome)."""
+
 
 class ProtectionModel:
     """The rules on protection ending, as `SystemState` methods."""
 
+    def _end_protection(self, claim: ClaimRecord, ev: Any, ending: Event) -> None:
+        """The one path by which a claim's protection ends or shrinks (a demotion, expiry,
+        release, harm, or a restoration failure of any outcome, offloaded or in place): an
+        expiry while the promise binds is judged on every clock the claim carries, then the
+        lifecycle moves. Demotion, release and harm end responsibility explicitly (DESIGN binds
+        the duration to expiry alone), so no clock judges them."""
+        if ending in _EXPIRIES and claim.phase in _PROMISE_BINDS:
+            self._check_duration(claim, ev)
+        self._advance(claim, ending)
+
     def _demoted(self, ev: Any) -> None:
         claim = self._claim(ev.claim_id)
-        self._advance(claim, Event.demote)
+        self._end_protection(claim, ev, Event.demote)
         claim.settled_at = self._at
 
     def _expired(self, ev: Any) -> None:
         claim = self._claim(ev.claim_id)
-        if claim.phase in RESPONSIBLE:
-            self._check_duration(claim, ev)
-        self._advance(claim, Event.expire)
+        self._end_protection(claim, ev, Event.expire)
         claim.settled_at = self._at
 
     def _released(self, ev: Any) -> None:
-        self._advance(self._claim(ev.claim_id), Event.release)
+        claim = self._claim(ev.claim_id)
+        self._end_protection(claim, ev, Event.release)
 
     def _harmed(self, ev: Any) -> None:
         claim = self._claim(ev.claim_id)
         if claim.phase in RESPONSIBLE or claim.phase is Phase.breached:
             self._check_harm_numbers(claim, ev)
         was_breached = claim.phase is Phase.breached
-        self._advance(claim, Event.harm)
+        self._end_protection(claim, ev, Event.harm)
         if was_breached:
             self._witness(TraceWitness.harm_reported, (claim.accepted_at, self._at), claim.claim_id)
 
@@ -149,3 +168,36 @@ class ProtectionModel:
 def _later(clock: int | None, stamp: int | None) -> int | None:
     """The restarted clock: the hit's stamp, or the old start if that is later."""
     return None if stamp is None else stamp if clock is None else max(clock, stamp)
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "duration.judged_on_every_clock_when_protection_ends",
+        R.duration,
+        "DESIGN 4 rule 7, DESIGN 6.1",
+        "ProtectionModel._end_protection",
+        {
+            "resident_claim_submitted": ("duration_steps", "duration_ms", "refresh_on_hit", *CLOCKS),
+            "resident_claim_accepted": ("duration_steps", "duration_ms", "refresh_on_hit", *CLOCKS),
+            "resident_claim_conditionally_accepted": ("duration_steps", "duration_ms", *CLOCKS),
+            "resident_claim_expired": CLOCKS,
+            "resident_claim_demoted": CLOCKS,
+            "resident_claim_released": CLOCKS,
+            "resident_claim_harmed": CLOCKS,
+            "resident_claim_restoration_failed": ("outcome", *CLOCKS),
+            "request_reused": ("predicate_satisfied", *CLOCKS),
+        },
+        ("duration.no_expiry_before_promised_duration",),
+    ),
+    Rule(
+        "harm.reports_agree_with_the_blocks",
+        R.no_silent_harm,
+        "DESIGN 4 rule 10",
+        "ProtectionModel._agree_with_blocks",
+        {
+            "resident_claim_harmed": ("leading_blocks", "required_blocks"),
+            "resident_claim_lost": ("leading_blocks",),
+        },
+        ("lifecycle.harm_only_for_accepted_unreleased_claims", "lifecycle.no_harm_after_demotion_or_expiry"),
+    ),
+)

@@ -303,12 +303,14 @@ class ClaimRecord:
         self.broken_while_responsible = False
 
     def terms(self) -> tuple[Any, ...]:
-        """What the runtime is responsible for (compared between submission and acceptance)."""
+        """What the runtime is responsible for (compared between submission and acceptance). The
+        predicate compares in one unit, its kind and the leading blocks it needs (tokens rounded
+        up to blocks), so `tokens: 20` and `blocks: 2` at block size 16 are the same terms."""
         return (
             self.owner_scope,
             self.object_id,
             self.mode,
-            self.predicate,
+            self.predicate if self.required is None else (type(self.predicate).__name__, self.required),
             self.footprint,
             self.duration_steps,
             self.duration_ms,

@@ -24,12 +24,20 @@ from kvclaims.statemachine.requests import (
     RequestEvent,
 )
 from kvclaims.statemachine.system.blocks import _assume_prefix
+from kvclaims.statemachine.system.declarations import Rule
 from kvclaims.statemachine.system.records import (
     _FAILURE_EVENT,
     _NONE,
     ClaimRecord,
     R,
 )
+
+_ENDING_OF: dict[RestorationOutcome, Event] = {
+    RestorationOutcome.demotion: Event.demote,
+    RestorationOutcome.expiry: Event.expire,
+    RestorationOutcome.harm: Event.harm,
+}
+"""What a failure outcome is for a claim another request already restored (it is on the device)."""
 
 
 class RestorationModel:
@@ -145,7 +153,8 @@ class RestorationModel:
         if request_id not in claim.pending:
             self._advance(claim, Event.restore)  # the lifecycle names the sharper rule first
             self._take_pending(claim, request_id, "restored")
-        self._advance(claim, Event.restore)
+        if not self._restored_by_another(claim):
+            self._advance(claim, Event.restore)
         claim.kv_restored = True
         if ev.restored_blocks is not None:
             if ev.restored_blocks > claim.footprint:
@@ -177,6 +186,14 @@ class RestorationModel:
                 self._at,
             )
 
+    @staticmethod
+    def _restored_by_another(claim: ClaimRecord) -> bool:
+        """DESIGN 4 rule 8 binds per claim and request: two requests may restore one claim
+        concurrently. A claim back on the device (materialized, not two-key: its restore
+        resolves on the checkpoint) with this request's restoration still pending was restored
+        for another request; this one's outcome does not move the claim back."""
+        return claim.phase is Phase.materialized and not claim.profile.two_key
+
     def _restoration_failed(self, ev: Any) -> None:
         claim = self._claim(ev.claim_id)
         request_id = ev.request_id
@@ -184,8 +201,16 @@ class RestorationModel:
         if request_id not in claim.pending:
             self._advance(claim, event)
             self._take_pending(claim, request_id, "restoration_failed")
+        restored_by_another = self._restored_by_another(claim)
         required_at = self._take_pending(claim, request_id, "restoration_failed")
-        self._advance(claim, event)
+        if ev.outcome is RestorationOutcome.refusal and (
+            restored_by_another or (claim.pending and claim.phase is Phase.restoring)
+        ):
+            pass  # refused for this request only: another request's restoration goes on or is done
+        elif restored_by_another:
+            self._end_protection(claim, ev, _ENDING_OF[ev.outcome])
+        else:
+            self._end_protection(claim, ev, event)
         self._failure_named.add(claim.claim_id)
         request = self.requests.get(request_id)
         if request is not None:
@@ -214,3 +239,34 @@ class RestorationModel:
                 f"{required} leading blocks its predicate needs",
                 request_id,
             )
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "restore.per_claim_and_request",
+        R.offload_order,
+        "DESIGN 4 rule 8",
+        "RestorationModel._take_pending",
+        {
+            "resident_claim_offloaded": ("tier",),
+            "resident_claim_restore_required": ("request_id",),
+            "resident_claim_restored": ("request_id", "restored_blocks"),
+            "resident_claim_restoration_failed": ("request_id", "outcome"),
+            "request_reused": ("request_id", "predicate_satisfied", "cached_blocks"),
+            "request_finished": ("request_id",),
+        },
+        (
+            "restore.satisfied_reuse_only_after_confirmed_restore",
+            "lifecycle.restoration_failed_only_after_restore_required",
+            "lifecycle.restore_before_satisfied_reuse",
+        ),
+    ),
+    Rule(
+        "lifecycle.materialized_prefix_reaches_the_predicate",
+        R.lifecycle,
+        "DESIGN 4 rule 3",
+        "RestorationModel._materialized",
+        {"resident_claim_materialized": ("leading_blocks",), "request_reused": ("cached_blocks",)},
+        ("lifecycle.every_transition_fires",),
+    ),
+)

@@ -19,12 +19,28 @@ from kvclaims.statemachine.lifecycle import (
     Event,
     Phase,
 )
+from kvclaims.statemachine.system.declarations import CLAIM_EVENTS, TERMS_FIELDS, Rule
 from kvclaims.statemachine.system.records import (
     _PROFILE_OF,
     ClaimRecord,
     R,
     Undecided,
 )
+
+_PREDICATE = 3
+"""The predicate's index in `ClaimRecord.terms()`."""
+
+
+def _unit_unknown(submitted: tuple[Any, ...], submitted_unit: int | None, claim: ClaimRecord) -> bool:
+    """The terms differ only in a predicate one side of which has no unit of blocks (tokens
+    without a header block_size): the comparison is undecidable, not a change of terms."""
+    if submitted_unit is not None and claim.required is not None:
+        return False
+    accepted = claim.terms()
+    return (
+        accepted[:_PREDICATE] + accepted[_PREDICATE + 1 :]
+        == submitted[:_PREDICATE] + submitted[_PREDICATE + 1 :]
+    )
 
 
 class TermsModel:
@@ -40,9 +56,18 @@ class TermsModel:
         claim = self._claim(ev.claim_id)
         if claim.phase is Phase.submitted:
             self._check_same_object(claim, ev)
-            submitted = claim.terms()
+            submitted, submitted_unit = claim.terms(), claim.required
             self._take_terms(claim, ev)
-            if claim.terms() != submitted:
+            if claim.terms() != submitted and _unit_unknown(submitted, submitted_unit, claim):
+                self.undecided.append(
+                    Undecided(
+                        f"{claim.claim_id}: accepted with predicate {claim.predicate}, submitted with "
+                        f"{submitted[_PREDICATE]}; one counts tokens and the header gives no "
+                        "block_size, so whether the terms changed could not be decided",
+                        self._at,
+                    )
+                )
+            elif claim.terms() != submitted:
                 self._claim_fail(
                     claim,
                     R.terms,
@@ -130,3 +155,32 @@ def _show_terms(terms: tuple[Any, ...]) -> str:
     if steps is not None or ms is not None or refresh:
         shown += f", duration {steps} steps / {ms} ms, refresh_on_hit {refresh}"
     return shown
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "terms.acceptance_repeats_submitted_terms",
+        R.terms,
+        "DESIGN 4 rule 2",
+        "TermsModel._accepted",
+        {
+            "resident_claim_submitted": TERMS_FIELDS,
+            "resident_claim_accepted": TERMS_FIELDS,
+            "resident_claim_conditionally_accepted": (*TERMS_FIELDS, "reason"),
+        },
+        ("terms.plain_acceptance_cannot_launder_harm",),
+    ),
+    Rule(
+        "identity.events_name_decided_claims",
+        R.identity,
+        "DESIGN 4 rule 1",
+        "SystemState._advance (the lifecycle from absent) and BlockModel._block_claim",
+        {
+            **{event: ("claim_id",) for event in CLAIM_EVENTS},
+            "request_reused": ("claim_id",),
+            "block_stored": ("claim_id", "position"),
+            "block_removed": ("claim_id", "position"),
+        },
+        ("lifecycle.every_transition_fires", "lifecycle.every_phase_reachable"),
+    ),
+)

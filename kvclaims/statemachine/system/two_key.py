@@ -14,6 +14,7 @@ from kvclaims.statemachine.lifecycle import (
     Event,
     Phase,
 )
+from kvclaims.statemachine.system.declarations import Rule
 from kvclaims.statemachine.system.records import (
     ClaimRecord,
     R,
@@ -36,6 +37,18 @@ class TwoKeyModel:
                 claim,
                 R.hybrid_two_key,
                 f"checkpoint boundary {checkpoint.boundary} is not the predicate's boundary {claim.required}",
+            )
+        recorded = claim.checkpoint
+        if recorded is not None and (recorded.boundary, recorded.value_hash) != (
+            checkpoint.boundary,
+            checkpoint.value_hash,
+        ):
+            self._claim_fail(
+                claim,
+                R.hybrid_two_key,
+                f"materialized again with state key value_hash {checkpoint.value_hash}, but its key "
+                f"was recorded as value_hash {recorded.value_hash}: a two-key claim's state key is "
+                "fixed when first recorded",
             )
         claim.checkpoint = checkpoint
 
@@ -81,3 +94,19 @@ class TwoKeyModel:
                 f"recorded {expected}: the state identity key does not hold",
                 ev.request_id,
             )
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "two_key.state_key_fixed_when_first_recorded",
+        R.hybrid_two_key,
+        "DESIGN 4 rule 11",
+        "TwoKeyModel._record_checkpoint (recording) and TwoKeyModel._check_resumed_state (presenting)",
+        {
+            "resident_claim_materialized": ("checkpoint",),
+            "resident_claim_checkpoint_restored": ("boundary", "value_hash", "payload_hash"),
+            "request_reused": ("checkpoint",),
+        },
+        ("restore.satisfied_reuse_only_after_confirmed_restore",),
+    ),
+)
