@@ -24,6 +24,7 @@ DOC_SOURCES: Mapping[str, tuple[str, ...]] = {
         "trace-v1-routing-event.schema.json",
     ),
     "descriptor-format.md": ("descriptor-v1.schema.json",),
+    "rule-event-table.md": ("trace-v1-event.schema.json",),
 }
 """Each generated document and the committed schemas it is rendered from, in order."""
 
@@ -477,7 +478,10 @@ def render_descriptor_format(descriptor: Schema) -> str:
 
 def render_docs(schemas: Mapping[str, Schema]) -> dict[str, str]:
     """Every generated document, by file name, from schemas keyed by their file name."""
+    from kvclaims.statemachine.system import table  # the model sits above spec
+
     return {
+        "rule-event-table.md": table.render_for_schema(schemas["trace-v1-event.schema.json"]),
         "trace-format.md": render_trace_format(
             schemas["trace-v1-header.schema.json"],
             schemas["trace-v1-event.schema.json"],

@@ -151,8 +151,8 @@ def test_re_storing_the_first_block_of_a_long_prefix_again_and_again_runs_out_of
 ) -> None:
     """Each re-store of position 0 re-extends the leading prefix over the whole footprint: a
     walk per event, charged, so the attack ends inconclusive instead of quadratic."""
-    monkeypatch.setattr(system, "SCAN_ALLOWANCE", 10_000)
-    monkeypatch.setattr(system, "SCAN_PER_STEP", 1)
+    monkeypatch.setattr(system.kernel, "SCAN_ALLOWANCE", 10_000)
+    monkeypatch.setattr(system.kernel, "SCAN_PER_STEP", 1)
     trace = TraceBuilder(usable_blocks=4_000).accept("A", blocks=1, footprint=2_000)
     trace.store_prefix("A", 2_000).materialize("A", 2_000)
     for _ in range(20):
@@ -166,8 +166,8 @@ def test_re_storing_the_first_block_of_a_long_prefix_again_and_again_runs_out_of
 def test_a_trace_forcing_exact_counts_at_every_event_runs_out_of_budget(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(system, "SCAN_ALLOWANCE", 100)
-    monkeypatch.setattr(system, "SCAN_PER_STEP", 1)
+    monkeypatch.setattr(system.kernel, "SCAN_ALLOWANCE", 100)
+    monkeypatch.setattr(system.kernel, "SCAN_PER_STEP", 1)
     trace = _sharing_trace(bystanders=4, conflicts=200)
     with pytest.raises(system.OutOfBudget, match="walks over claim blocks and prefixes"):
         _checked(trace)
@@ -197,8 +197,8 @@ def test_claims_sharing_one_prefix_fit_the_pool_counted_once() -> None:
 def test_materializing_many_sharing_claims_runs_out_of_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each materialization counts the blocks of every materialized claim: charged, so many
     claims on one prefix end inconclusive instead of quadratic."""
-    monkeypatch.setattr(system, "SCAN_ALLOWANCE", 1_000)
-    monkeypatch.setattr(system, "SCAN_PER_STEP", 1)
+    monkeypatch.setattr(system.kernel, "SCAN_ALLOWANCE", 1_000)
+    monkeypatch.setattr(system.kernel, "SCAN_PER_STEP", 1)
     with pytest.raises(system.OutOfBudget, match="walks over claim blocks"):
         _checked(_claims_on_one_prefix(100))
 
@@ -223,8 +223,8 @@ def test_a_budget_runs_out_at_the_same_event_however_the_events_are_batched(
     """The scan allowance counts the steps up to the event that walks, not the rest of its run,
     and the event that runs out is named and not counted: a reader's chunking (one chunk, line
     by line, read ahead) cannot move a budget verdict."""
-    monkeypatch.setattr(system, "SCAN_ALLOWANCE", 100)
-    monkeypatch.setattr(system, "SCAN_PER_STEP", 1)
+    monkeypatch.setattr(system.kernel, "SCAN_ALLOWANCE", 100)
+    monkeypatch.setattr(system.kernel, "SCAN_PER_STEP", 1)
     events = [convert_event(e) for e in _sharing_trace(bystanders=4, conflicts=200).events]
     state = system.init(TraceHeader.model_validate(_sharing_trace(bystanders=4, conflicts=200).header))
     with pytest.raises(system.OutOfBudget) as exhausted:

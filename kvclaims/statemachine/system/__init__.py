@@ -1,0 +1,63 @@
+"""The abstract state refinement judges (DESIGN 4), as a package of sub-models composed by
+`kernel.SystemState`; see `kernel` for the API (init, step, step_run, finish, describe).
+"""
+
+from kvclaims.statemachine.system.kernel import (
+    EVENT_TYPES,
+    SystemState,
+    claims_seen,
+    describe,
+    finish,
+    init,
+    retired_phase,
+    step,
+    step_run,
+    witnesses,
+)
+from kvclaims.statemachine.system.records import (
+    ASSUMED,
+    END_OF_TRACE,
+    LIFECYCLE_TABLES,
+    REQUEST_TABLE,
+    RESERVING,
+    RESIDENT,
+    RESPONSIBLE,
+    SCAN_ALLOWANCE,
+    SCAN_PER_STEP,
+    ClaimRecord,
+    Header,
+    NotAStep,
+    OutOfBudget,
+    RequestRecord,
+    Undecided,
+    Violation,
+)
+
+__all__ = [
+    "ASSUMED",
+    "END_OF_TRACE",
+    "EVENT_TYPES",
+    "LIFECYCLE_TABLES",
+    "REQUEST_TABLE",
+    "RESERVING",
+    "RESIDENT",
+    "RESPONSIBLE",
+    "SCAN_ALLOWANCE",
+    "SCAN_PER_STEP",
+    "ClaimRecord",
+    "Header",
+    "NotAStep",
+    "OutOfBudget",
+    "RequestRecord",
+    "SystemState",
+    "Undecided",
+    "Violation",
+    "claims_seen",
+    "describe",
+    "finish",
+    "init",
+    "retired_phase",
+    "step",
+    "step_run",
+    "witnesses",
+]

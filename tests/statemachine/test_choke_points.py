@@ -1,0 +1,315 @@
+"""Hostile traces against the model's choke points, each with a conforming twin: every path that
+reaches a rule's state, written by hand; the expected verdicts are written here, not computed."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvclaims.refinement import Outcome
+from kvclaims.spec.vocabulary import ConformanceRule as R
+from tests.statemachine.hostile import (
+    Event,
+    accept,
+    admitted,
+    check,
+    checkpoint,
+    claim_event,
+    finished,
+    materialized,
+    materialized_claim,
+    prefix_predicate,
+    refused_for_restoration,
+    removed,
+    reused,
+    stored,
+    submit,
+)
+
+TIMED = {"engine_step": 0, "duration_steps": 100}
+
+
+def _offloaded_restoring(*requests: str, **terms: object) -> list[Event]:
+    events = [*materialized_claim(**terms), claim_event("offloaded", tier="cpu")]
+    events += [admitted(r) for r in requests]
+    return events + [claim_event("restore_required", request_id=r) for r in requests]
+
+
+def _failed(outcome: str, step: int, request: str = "r") -> Event:
+    return claim_event("restoration_failed", request_id=request, outcome=outcome, engine_step=step)
+
+
+def _two_key_in_place(outcome_step: int) -> list[Event]:
+    return [
+        accept(two_key=True, **TIMED),
+        stored("C", 0, 100, "h0"),
+        stored("C", 1, 101, "h1"),
+        materialized(checkpoint=checkpoint("A")),
+        admitted("r"),
+        claim_event("restore_required", request_id="r"),
+        claim_event("restored", request_id="r", restored_blocks=2),
+        claim_event("checkpoint_restored", **checkpoint("B")),
+        _failed("expiry", outcome_step),
+        finished("r"),
+    ]
+
+
+def _two_key_materialized_twice(second: str) -> list[Event]:
+    return [
+        accept(two_key=True),
+        stored("C", 0, 100, "h0"),
+        stored("C", 1, 101, "h1"),
+        materialized(checkpoint=checkpoint("A")),
+        materialized(checkpoint=checkpoint(second)),
+        claim_event("offloaded", tier="cpu"),
+        admitted("r"),
+        claim_event("restore_required", request_id="r"),
+        claim_event("restored", request_id="r", restored_blocks=2),
+        claim_event("checkpoint_restored", **checkpoint(second)),
+        reused("r"),
+        finished("r"),
+    ]
+
+
+CASES: list[tuple[str, list[Event], Outcome, R | None]] = [
+    # protection ends: an expiry by any path is judged on the claim's clocks
+    (
+        "expiry-early",
+        [*materialized_claim(mode="expiring", **TIMED), claim_event("expired", engine_step=5)],
+        Outcome.rejected,
+        R.duration,
+    ),
+    (
+        "expiry-on-time",
+        [*materialized_claim(mode="expiring", **TIMED), claim_event("expired", engine_step=100)],
+        Outcome.accepted,
+        None,
+    ),
+    (
+        "failed-restore-as-expiry-early",
+        [*_offloaded_restoring("r", **TIMED), _failed("expiry", 5), finished("r")],
+        Outcome.rejected,
+        R.duration,
+    ),
+    (
+        "failed-restore-as-expiry-on-time",
+        [*_offloaded_restoring("r", **TIMED), _failed("expiry", 500), finished("r")],
+        Outcome.accepted,
+        None,
+    ),
+    ("in-place-failure-as-expiry-early", _two_key_in_place(5), Outcome.rejected, R.duration),
+    ("in-place-failure-as-expiry-on-time", _two_key_in_place(100), Outcome.accepted, None),
+    (
+        "failure-as-expiry-early-after-another-request-restored",
+        [
+            *_offloaded_restoring("r1", "r2", **TIMED),
+            claim_event("restored", request_id="r2", restored_blocks=2),
+            _failed("expiry", 3, "r1"),
+            finished("r1"),
+            finished("r2"),
+        ],
+        Outcome.rejected,
+        R.duration,
+    ),
+    (
+        "failure-as-expiry-on-time-after-another-request-restored",
+        [
+            *_offloaded_restoring("r1", "r2", **TIMED),
+            claim_event("restored", request_id="r2", restored_blocks=2),
+            _failed("expiry", 300, "r1"),
+            finished("r1"),
+            finished("r2"),
+        ],
+        Outcome.accepted,
+        None,
+    ),
+    # a two-key claim's state key is fixed when first recorded
+    ("state-key-replaced", _two_key_materialized_twice("B"), Outcome.rejected, R.hybrid_two_key),
+    ("state-key-repeated", _two_key_materialized_twice("A"), Outcome.accepted, None),
+    (
+        "resume-with-another-key",
+        [
+            *materialized_claim(two_key=True)[:3],
+            materialized(checkpoint=checkpoint("A")),
+            admitted("r"),
+            reused("r", checkpoint=checkpoint("B")),
+            finished("r"),
+        ],
+        Outcome.rejected,
+        R.hybrid_two_key,
+    ),
+    (
+        "resume-with-the-key",
+        [
+            *materialized_claim(two_key=True)[:3],
+            materialized(checkpoint=checkpoint("A")),
+            admitted("r"),
+            reused("r", checkpoint=checkpoint("A")),
+            finished("r"),
+        ],
+        Outcome.accepted,
+        None,
+    ),
+    # a claim-scoped block event the model cannot place decides the verdict
+    (
+        "stored-without-position",
+        [*materialized_claim(), stored("C", None, 7, "x")],
+        Outcome.inconclusive,
+        None,
+    ),
+    (
+        "stored-with-position",
+        [*materialized_claim(footprint=3), stored("C", 2, 7, "x")],
+        Outcome.accepted,
+        None,
+    ),
+    (
+        "removed-unknown-block-without-position",
+        [*materialized_claim(), removed("C", None, 7, "x")],
+        Outcome.inconclusive,
+        None,
+    ),
+    (
+        "removed-unclaimed-unknown-block",
+        [*materialized_claim(), removed(None, None, 7, "x")],
+        Outcome.accepted,
+        None,
+    ),
+    # no false rejects: restorations bind per claim and request
+    (
+        "two-requests-one-fails-then-one-restores",
+        [
+            *_offloaded_restoring("r1", "r2"),
+            _failed("refusal", 0, "r1"),
+            refused_for_restoration("r1"),
+            claim_event("restored", request_id="r2", restored_blocks=2),
+            reused("r2"),
+            finished("r1"),
+            finished("r2"),
+        ],
+        Outcome.accepted,
+        None,
+    ),
+    (
+        "two-requests-one-restores-then-one-fails",
+        [
+            *_offloaded_restoring("r1", "r2"),
+            claim_event("restored", request_id="r2", restored_blocks=2),
+            reused("r2"),
+            _failed("refusal", 0, "r1"),
+            refused_for_restoration("r1"),
+            finished("r1"),
+            finished("r2"),
+        ],
+        Outcome.accepted,
+        None,
+    ),
+    (
+        "two-requests-both-restore",
+        [
+            *_offloaded_restoring("r1", "r2"),
+            claim_event("restored", request_id="r1", restored_blocks=2),
+            claim_event("restored", request_id="r2", restored_blocks=2),
+            reused("r1"),
+            reused("r2"),
+            finished("r1"),
+            finished("r2"),
+        ],
+        Outcome.accepted,
+        None,
+    ),
+    (
+        "the-failed-request-reuses-as-satisfied",
+        [
+            *_offloaded_restoring("r1", "r2"),
+            claim_event("restored", request_id="r2", restored_blocks=2),
+            _failed("refusal", 0, "r1"),
+            reused("r1"),
+            finished("r1"),
+            finished("r2"),
+        ],
+        Outcome.rejected,
+        R.offload_order,
+    ),
+    (
+        "the-other-request-reuses-before-its-restore",
+        [
+            *_offloaded_restoring("r1", "r2"),
+            _failed("refusal", 0, "r1"),
+            refused_for_restoration("r1"),
+            reused("r2"),
+            finished("r1"),
+            finished("r2"),
+        ],
+        Outcome.rejected,
+        R.offload_order,
+    ),
+    (
+        "the-failed-request-is-never-refused",
+        [
+            *_offloaded_restoring("r1", "r2"),
+            claim_event("restored", request_id="r2", restored_blocks=2),
+            _failed("refusal", 0, "r1"),
+            finished("r1"),
+            finished("r2"),
+        ],
+        Outcome.rejected,
+        R.attribution,
+    ),
+    # only while responsible: reuse after release is ordinary cache behaviour
+    (
+        "reuse-after-release",
+        [
+            *materialized_claim(),
+            claim_event("offloaded", tier="cpu"),
+            claim_event("released"),
+            admitted("r"),
+            reused("r"),
+            finished("r"),
+        ],
+        Outcome.accepted,
+        None,
+    ),
+    (
+        "reuse-while-offloaded",
+        [
+            *materialized_claim(),
+            claim_event("offloaded", tier="cpu"),
+            admitted("r"),
+            reused("r"),
+            finished("r"),
+        ],
+        Outcome.rejected,
+        R.offload_order,
+    ),
+    # terms compare in one unit: tokens round up to blocks (block size 16)
+    (
+        "tokens-and-blocks-the-same-terms",
+        [submit(predicate=prefix_predicate(tokens=17), footprint=4), accept(footprint=4)],
+        Outcome.accepted,
+        None,
+    ),
+    (
+        "tokens-and-blocks-other-terms",
+        [submit(predicate=prefix_predicate(tokens=16), footprint=4), accept(footprint=4)],
+        Outcome.rejected,
+        R.terms,
+    ),
+    (
+        "tokens-without-block-size",
+        [submit(predicate=prefix_predicate(tokens=32), footprint=4), accept(footprint=4)],
+        Outcome.inconclusive,
+        None,
+    ),
+]
+
+
+NO_BLOCK_SIZE = {"kvclaims_trace": 1, "usable_blocks": 64}
+HEADERS = {"tokens-without-block-size": NO_BLOCK_SIZE}
+
+
+@pytest.mark.parametrize(("name", "events", "outcome", "rule"), CASES, ids=[c[0] for c in CASES])
+def test_hostile_trace_and_twin(name: str, events: list[Event], outcome: Outcome, rule: R | None) -> None:
+    verdict = check(events, HEADERS.get(name))
+    assert verdict.outcome is outcome, verdict.reason
+    if rule is not None:
+        assert f"[{rule.value}]" in verdict.reason
