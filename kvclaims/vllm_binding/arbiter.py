@@ -147,6 +147,12 @@ def _may_skip_positions(spec: Any) -> bool:
     return type(spec) is not FullAttentionSpec or bool(spec.sliding_window or spec.attention_chunk_size)
 
 
+def _group_skips(manager: Any) -> list[bool]:
+    """Per KV cache group of `manager` (vLLM's `KVCacheManager`), whether its block lists may
+    hold the null block; read from the managers it holds, not from a config that may be stale."""
+    return [_may_skip_positions(group.kv_cache_spec) for group in manager.coordinator.single_type_managers]
+
+
 def _hashing_problem(scheduler: Any) -> str | None:
     """What every layout needs: block hashes at the block size, one rank per block."""
     if scheduler.hash_block_size != scheduler.block_size:
@@ -220,7 +226,9 @@ class ClaimArbiter:
     def __init__(self, scheduler: Any, config: BindingConfig) -> None:
         self._s = scheduler
         self.config = config
-        self._pool = scheduler.kv_cache_manager.block_pool
+        self._manager = scheduler.kv_cache_manager
+        """The KV cache manager the arbiter is bound to (`_follow_cache`)."""
+        self._pool = self._manager.block_pool
         self.block_size: int = scheduler.block_size
         self.usable_blocks: int = self._pool.num_gpu_blocks - 1  # block 0 is vLLM's null block
         self._largest_request_blocks = peak_live_blocks(
@@ -239,11 +247,9 @@ class ClaimArbiter:
         """Two-key claims' checkpoints (hybrid models only)."""
         self.kv_group = layout.kv_group if isinstance(layout, HybridLayout) else 0
         """The KV cache group whose block hashes are claims' identity."""
-        self._group_skips = [
-            _may_skip_positions(group.kv_cache_spec) for group in scheduler.kv_cache_config.kv_cache_groups
-        ]
-        """Per KV cache group, whether its block lists may hold the null block (full attention
-        never skips a position)."""
+        self._group_skips = _group_skips(self._manager)
+        """Per KV cache group the manager holds, whether its block lists may hold the null
+        block (full attention never skips a position)."""
         self.registry = ClaimRegistry(
             usable_blocks=self.usable_blocks,
             protected_fraction=config.protected_fraction,
@@ -334,7 +340,29 @@ class ClaimArbiter:
 
     def enter(self) -> None:
         """A vLLM entry point begins (pair with `leave`, in a `finally`)."""
+        if self._depth == 0:
+            self._follow_cache()
         self._depth += 1
+
+    def _follow_cache(self) -> None:
+        """Bind to the KV cache manager the scheduler holds now. vLLM's scheduler may replace
+        its `kv_cache_manager` (and `kv_cache_config`) after `__init__` (its own tests do): the
+        groups, the pool and the block lists are then the new manager's. Blocks held in the old
+        pool are no longer vLLM's: responsibility ends first (demotion), then each is reported
+        removed. The trace header's pool and layout describe the old manager, so claims are
+        refused from here on."""
+        manager = self._s.kv_cache_manager
+        if manager is self._manager:
+            return
+        reason = "vLLM replaced its KV cache manager"
+        for record in [r for r in self.registry.with_blocks() if r.responsible]:
+            self._settle(record, Event.demote, reason)
+        for record in self.registry.with_blocks():
+            self._on_loss(record, list(record.held()))
+        self._manager = manager
+        self._pool = manager.block_pool
+        self._group_skips = _group_skips(manager)
+        self.unsupported = f"{reason} after start-up (the trace describes the pool it had then)"
 
     def leave(self) -> None:
         """A vLLM entry point returns. Events were emitted at consistent points; the outermost
@@ -823,7 +851,7 @@ class ClaimArbiter:
             self._check_records(others)
 
     def _request_blocks(self, request_id: str) -> list[Any]:
-        managers = self._s.kv_cache_manager.coordinator.single_type_managers
+        managers = self._manager.coordinator.single_type_managers
         return managers[self.kv_group].req_to_blocks.get(request_id, [])
 
     def _advance_all(self) -> None:
@@ -1164,7 +1192,7 @@ class ClaimArbiter:
         (counted as theirs). Not the peak: vLLM admits a request whose peak exceeds the pool
         and preempts later; the admission holds only what was allocated."""
         allocated = 0
-        managers = self._s.kv_cache_manager.coordinator.single_type_managers
+        managers = self._manager.coordinator.single_type_managers
         for manager, skips in zip(managers, self._group_skips, strict=True):
             # A request's block list holds each block once (groups allocate distinct blocks);
             # only the null block, at positions a sliding-window or state group skips, repeats.
