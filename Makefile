@@ -46,7 +46,7 @@ SCHEDULER_LANE := tests/vllm_binding/test_scheduler_binding.py tests/lab/test_sc
 	tests/lab/test_scheduler_fuzzing.py tests/vllm_binding/test_cache_policy.py tests/vllm_binding/test_plugin.py \
 	tests/vllm_binding/test_connector.py tests/tools/test_vllm_requirements.py tests/vllm_binding/test_soft_priority.py \
 	tests/vllm_binding/test_store_faults.py tests/vllm_binding/test_isolation.py tests/vllm_binding/test_continuum.py \
-	tests/refinement/test_vllm_kv_event_schema.py
+	tests/refinement/test_vllm_kv_event_schema.py tests/vllm_binding/test_kv_hints.py tests/vllm_binding/test_replaced_cache_manager.py
 
 $(VLLM033_STAMP): pyproject.toml constraints.txt tools/vllm_requirements.py
 	$(PYTHON) -m venv $(VENV033)

@@ -76,7 +76,7 @@ from kvclaims.spec.vocabulary import ClaimState, ProtectionMode
 from kvclaims.statemachine.ledger import ConflictAction, Loss, fewest_oldest, next_request_phase
 from kvclaims.statemachine.lifecycle import SATISFIABLE, SETTLED, Event, Phase
 from kvclaims.statemachine.requests import RequestEvent, RequestPhase
-from kvclaims.vllm_binding import shutdown
+from kvclaims.vllm_binding import kv_hints, shutdown
 from kvclaims.vllm_binding.capacity import CapacityProof, peak_live_blocks
 from kvclaims.vllm_binding.config import DP_RANK_PLACEHOLDER, SUPPORTED_MODES, BindingConfig
 from kvclaims.vllm_binding.continuum import ContinuumJobs, JobKeyProblem, JobTurn, parse_job_keys
@@ -448,8 +448,15 @@ class ClaimArbiter:
         parsed = parse_claim_metadata(extra_args, typed=self.config.typed_metadata)
         if self.continuum is not None:
             self._join_job(request, parse_job_keys(extra_args), book, claim_op=parsed is not None)
-        if parsed is None:
-            return
+        envelope = kv_hints.envelope_of(request)
+        if envelope is not None:
+            self._carry_out_hints(request, envelope, book, also_metadata=parsed is not None)
+        if parsed is not None:
+            self._carry_out(request, parsed, book)
+
+    def _carry_out(
+        self, request: Request, parsed: ClaimRequest | MetadataRejection, book: RequestBook
+    ) -> None:
         if isinstance(parsed, MetadataRejection):
             self._reject(parsed.claim_id, parsed.reason, book, charge=UNATTRIBUTED)
             return
@@ -464,6 +471,43 @@ class ClaimArbiter:
             self._attach(request, parsed, owner, book)
         else:
             self._owner_settles(parsed, owner, book)
+
+    def _carry_out_hints(
+        self,
+        request: Request,
+        envelope: kv_hints.Envelope | kv_hints.EnvelopeProblem,
+        book: RequestBook,
+        *,
+        also_metadata: bool,
+    ) -> None:
+        """Each action of a `kv_hints` envelope gets an outcome: the binding's resident-claim
+        action is carried out as claim metadata is (at most one claim operation a request);
+        any other action type or version is rejected, naming it. Rejections are in the trace
+        (`resident_claim_rejected`), acceptances as the claim's own events; the client reads
+        every outcome in the request's note."""
+        if isinstance(envelope, kv_hints.EnvelopeProblem):
+            self._reject(None, f"kv_hints envelope: {envelope.reason}", book, charge=UNATTRIBUTED)
+            book.claim_note = kv_hints.outcome_note(None, [], envelope.reason)
+            return
+        outcomes: list[kv_hints.Outcome] = []
+        claimed = also_metadata
+        for action in envelope.actions:
+            metadata = kv_hints.claim_metadata(action)
+            if not isinstance(metadata, str) and claimed:
+                metadata = "one claim operation a request (another action or kvclaims_* key carries one)"
+            if isinstance(metadata, str):
+                reason = f"kv_hints action {shown(action.action_id)}: {metadata}"
+                self._reject(None, reason, book, charge=None)
+                outcomes.append(kv_hints.Outcome(action.action_id, kv_hints.HintOutcome.rejected, metadata))
+                continue
+            claimed = True
+            book.claim_note = None
+            parsed = parse_claim_metadata(metadata)
+            if parsed is None:
+                parsed = MetadataRejection(reason="the action's payload names no claim term", claim_id=None)
+            self._carry_out(request, parsed, book)
+            outcomes.append(kv_hints.outcome_of_note(action.action_id, book.claim_note))
+        book.claim_note = kv_hints.outcome_note(envelope.message_id, outcomes)
 
     def _join_job(
         self, request: Request, turn: JobTurn | JobKeyProblem | None, book: RequestBook, *, claim_op: bool
