@@ -15,27 +15,12 @@ from typing import Any
 import msgspec
 import pytest
 from support.kv_registry import BLOCK, TOKENS, registry, write_registry
+from support.vllm_events import stored
 
 from kvclaims.refinement import Outcome, check_trace
 from kvclaims.refinement.abstractions.vllm_kv_events import READ_FIELDS, KvEventsSource
 
 H0, H1 = b"\x01" * 8, b"\x02" * 8
-
-
-def stored(
-    hashes: list[bytes], tokens: list[int], parent: bytes | None = None, **fields: Any
-) -> dict[str, Any]:
-    return {
-        "type": "BlockStored",
-        "block_hashes": hashes,
-        "parent_block_hash": parent,
-        "token_ids": tokens,
-        "block_size": BLOCK,
-        "lora_id": None,
-        "medium": "GPU",
-        "lora_name": None,
-        **fields,
-    }
 
 
 def prefix(**fields: Any) -> dict[str, Any]:
