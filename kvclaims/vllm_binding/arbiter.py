@@ -348,14 +348,14 @@ class ClaimArbiter:
         """Bind to the KV cache manager the scheduler holds now. vLLM's scheduler may replace
         its `kv_cache_manager` (and `kv_cache_config`) after `__init__` (its own tests do): the
         groups, the pool and the block lists are then the new manager's. Blocks held in the old
-        pool are no longer vLLM's: responsibility ends first (demotion), then each is reported
-        removed. The trace header's pool and layout describe the old manager, so claims are
+        pool are no longer vLLM's: every responsible claim is demoted first, then each held block
+        is reported removed. The trace header's pool and layout describe the old manager, so claims are
         refused from here on."""
         manager = self._s.kv_cache_manager
         if manager is self._manager:
             return
         reason = "vLLM replaced its KV cache manager"
-        for record in [r for r in self.registry.with_blocks() if r.responsible]:
+        for record in [r for r in self.registry.claims.values() if r.responsible]:
             self._settle(record, Event.demote, reason)
         for record in self.registry.with_blocks():
             self._on_loss(record, list(record.held()))
