@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.kvclaims-installed
 VLLM_STAMP := $(VENV)/.kvclaims-vllm-installed
 
-.PHONY: setup setup-vllm test test-vllm-033 gpu-lane fleet-lane demo lint reports schemas clean
+.PHONY: setup setup-vllm test test-vllm-033 test-vllm-own gpu-lane fleet-lane demo lint reports schemas clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -87,6 +87,13 @@ gpu-lane:
 test: setup setup-vllm
 	KVCLAIMS_REQUIRE_VLLM=1 KVCLAIMS_FLEET_LANE=1 $(PY) -m pytest
 	$(MAKE) test-vllm-033
+	$(MAKE) test-vllm-own
+
+# vLLM 0.32.0's own tests/v1/core and tests/v1/kv_connector/unit (from its sdist, fetched once into
+# ~/.cache/kvclaims) stock, with the binding and with its trace on: every stock pass passes but the
+# allow-list, every trace is accepted. About 7 min on a loaded 2-core machine (docs/vllm-binding.md).
+test-vllm-own: setup setup-vllm
+	$(PY) bench/vllm_own_tests.py
 
 demo: setup setup-vllm
 	$(VENV)/bin/kvclaims demo -o kvclaims-out --force
