@@ -91,9 +91,11 @@ test: setup setup-vllm
 
 # vLLM 0.32.0's own tests/v1/core and tests/v1/kv_connector/unit (from its sdist, fetched once into
 # ~/.cache/kvclaims) stock, with the binding and with its trace on: every stock pass passes but the
-# allow-list, every trace is accepted. About 7 min on a loaded 2-core machine (docs/vllm-binding.md).
-test-vllm-own: setup setup-vllm
+# allow-list, every trace is accepted. Then vLLM 0.33.0's in its venv (the CUDA wheel: its tests that
+# need a device fail on stock too). About 7 + 5 min on a loaded 2-core machine (docs/vllm-binding.md).
+test-vllm-own: setup setup-vllm $(VLLM033_STAMP)
 	$(PY) bench/vllm_own_tests.py
+	$(PY033) bench/vllm_own_tests.py --vllm-version 0.33.0
 
 demo: setup setup-vllm
 	$(VENV)/bin/kvclaims demo -o kvclaims-out --force
