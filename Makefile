@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.kvclaims-installed
 VLLM_STAMP := $(VENV)/.kvclaims-vllm-installed
 
-.PHONY: setup setup-vllm test test-vllm-033 gpu-lane fleet-lane demo lint reports schemas clean
+.PHONY: setup setup-vllm test test-vllm-033 test-vllm-own gpu-lane fleet-lane demo lint reports schemas clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -45,7 +45,8 @@ VLLM033_STAMP := $(VENV033)/.kvclaims-vllm033-installed
 SCHEDULER_LANE := tests/vllm_binding/test_scheduler_binding.py tests/lab/test_scheduler_scenarios.py \
 	tests/lab/test_scheduler_fuzzing.py tests/vllm_binding/test_cache_policy.py tests/vllm_binding/test_plugin.py \
 	tests/vllm_binding/test_connector.py tests/tools/test_vllm_requirements.py tests/vllm_binding/test_soft_priority.py \
-	tests/vllm_binding/test_store_faults.py tests/vllm_binding/test_isolation.py tests/vllm_binding/test_continuum.py
+	tests/vllm_binding/test_store_faults.py tests/vllm_binding/test_isolation.py tests/vllm_binding/test_continuum.py \
+	tests/refinement/test_vllm_kv_event_schema.py tests/vllm_binding/test_kv_hints.py tests/vllm_binding/test_replaced_cache_manager.py
 
 $(VLLM033_STAMP): pyproject.toml constraints.txt tools/vllm_requirements.py
 	$(PYTHON) -m venv $(VENV033)
@@ -86,6 +87,15 @@ gpu-lane:
 test: setup setup-vllm
 	KVCLAIMS_REQUIRE_VLLM=1 KVCLAIMS_FLEET_LANE=1 $(PY) -m pytest
 	$(MAKE) test-vllm-033
+	$(MAKE) test-vllm-own
+
+# vLLM 0.32.0's own tests/v1/core and tests/v1/kv_connector/unit (from its sdist, fetched once into
+# ~/.cache/kvclaims) stock, with the binding and with its trace on: every stock pass passes but the
+# allow-list, every trace is accepted. Then vLLM 0.33.0's in its venv (the CUDA wheel: its tests that
+# need a device fail on stock too). About 7 + 5 min on a loaded 2-core machine (docs/vllm-binding.md).
+test-vllm-own: setup setup-vllm $(VLLM033_STAMP)
+	$(PY) bench/vllm_own_tests.py
+	$(PY033) bench/vllm_own_tests.py --vllm-version 0.33.0
 
 demo: setup setup-vllm
 	$(VENV)/bin/kvclaims demo -o kvclaims-out --force

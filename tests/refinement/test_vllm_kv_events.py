@@ -17,6 +17,7 @@ import msgspec
 import pytest
 import yaml
 from support.kv_registry import BLOCK, REGISTRY_BROKEN, TOKENS, registry, write_registry
+from support.vllm_events import stored
 
 from kvclaims.refinement import ErrorClass, Outcome, check_trace
 from kvclaims.refinement.evidence import evidence_items
@@ -25,22 +26,6 @@ from kvclaims.spec.tables import DEPTH_SUPPLIES
 from kvclaims.spec.vocabulary import AdapterDepth, TelemetryJoinPrecondition
 
 P = TelemetryJoinPrecondition
-
-
-def stored(
-    hashes: list[bytes], tokens: list[int], parent: bytes | None = None, **fields: Any
-) -> dict[str, Any]:
-    return {
-        "type": "BlockStored",
-        "block_hashes": hashes,
-        "parent_block_hash": parent,
-        "token_ids": tokens,
-        "block_size": BLOCK,
-        "lora_id": None,
-        "medium": "GPU",
-        "lora_name": None,
-        **fields,
-    }
 
 
 def removed(hashes: list[bytes]) -> dict[str, Any]:

@@ -59,7 +59,11 @@ class Stored:
     """Blocks entered the cache on `medium`: consecutive hashes, each child of the one before,
     the first a child of `parent`; `token_ids` holds `block_size` tokens per hash.
     `foreign_namespace[i]` says what cache namespace block i carries when it is not the
-    registry's (None: it agrees); it matters only for blocks that join a claim."""
+    registry's (None: it agrees); it matters only for blocks that join a claim. `group` names
+    the runtime's KV cache group (None: the stream has one); a hash is a block of its group
+    only, so a removal matches the store of its group. `window_tokens`: the group keeps only
+    that many tokens of a sequence (sliding window), so a block counts toward a claim's
+    prefix only where the prefix up to it fits in the window."""
 
     hashes: Sequence[str]
     parent: str | None
@@ -68,6 +72,8 @@ class Stored:
     medium: str
     adapter: str | None
     foreign_namespace: Sequence[str | None]
+    group: int | None = None
+    window_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,13 @@ class Removed:
 
     hashes: Sequence[str]
     medium: str | None
+    group: int | None = None
+
+
+def block_key(medium: str, group: int | None, raw: str) -> str:
+    """The join's key of a block: its medium, its KV cache group (when the stream names one)
+    and its hash. The medium comes first: `Cleared` and the steps' cache level read it."""
+    return f"{medium}:{raw}" if group is None else f"{medium}:g{group}/{raw}"
 
 
 @dataclass(frozen=True)
@@ -196,6 +209,11 @@ class Join:
         self.media: set[str] = set()
         """Every medium a block was stored on."""
         self.present: dict[str, set[int]] = {c: set() for c in self.claims}
+        self.counted: set[str] = set()
+        """Keys of joined blocks that count toward their claim's prefix (on the registry's
+        medium, within a window): only their removal takes a position away."""
+        self.outside: set[str] = set()
+        """Keys of blocks beyond their group's window: chained to a claim, never its blocks."""
         self.materialized: set[str] = set()
         self.changed: set[str] = set()
         """Claims whose present blocks changed since the last observation point."""
@@ -262,7 +280,8 @@ class Join:
                 steps.extend(self._stored(batch.seq, record, batch.line))
             elif isinstance(record, Removed):
                 media = sorted(self.media) if record.medium is None else [record.medium]
-                steps.extend(self._removed([f"{m}:{h}" for h in record.hashes for m in media]))
+                keys = [block_key(m, record.group, h) for h in record.hashes for m in media]
+                steps.extend(self._removed(keys))
             elif isinstance(record, Cleared):
                 prefix = "" if record.medium is None else f"{record.medium}:"
                 steps.extend(self._removed([k for k in self.block_ids if k.startswith(prefix)]))
@@ -293,28 +312,29 @@ class Join:
                 line,
             )
         steps = []
-        parent = record.parent
+        parent = None if record.parent is None else block_key(record.medium, record.group, record.parent)
         for index, raw in enumerate(record.hashes):
             tokens = tuple(record.token_ids[index * bs : (index + 1) * bs])
+            key = block_key(record.medium, record.group, raw)
+            foreign = record.foreign_namespace[index]
             steps.append(
-                self._store_one(
-                    seq, record.medium, raw, parent, tokens, record.foreign_namespace[index], line
-                )
+                self._store_one(seq, record.medium, key, parent, tokens, foreign, line, record.window_tokens)
             )
-            parent = raw
+            parent = key
         return steps
 
     def _store_one(
         self,
         seq: int,
         medium: str,
-        raw: str,
+        text: str,
         parent: str | None,
         tokens: tuple[int, ...],
         foreign: str | None,
         line: int,
+        window_tokens: int | None = None,
     ) -> dict[str, Any]:
-        text = f"{medium}:{raw}"
+        """One block stored under key `text` (`block_key`), child of the block keyed `parent`."""
         self.media.add(medium)
         known = self.content.get(text)
         if known is not None and known[:2] != (parent, tokens):
@@ -322,7 +342,7 @@ class Join:
                 P.ambiguity_fails_closed, f"block {text} stored twice with different content", line
             )
         self.content[text] = (parent, tokens, foreign)
-        owner = self._join(text, None if parent is None else f"{medium}:{parent}", tokens)
+        owner = self._join(text, parent, tokens)
         if owner is not None:
             claim_id, position = owner
             registered = self.claims[claim_id].registered_before_seq
@@ -340,9 +360,14 @@ class Join:
                     f"{self.registry.cache_identity.namespace!r}",
                     line,
                 )
-            if medium == self.medium:
+            in_window = window_tokens is None or (position + 1) * self.block_size <= window_tokens
+            if medium == self.medium and in_window:
                 self.present[claim_id].add(position)
                 self.changed.add(claim_id)
+                self.counted.add(text)
+            elif not in_window:
+                self.outside.add(text)
+                owner = None  # held by a group that no longer holds the prefix up to it
         block_id = self.block_ids.get(text)
         if block_id is None:
             block_id = self.block_ids[text] = self._next_block_id
@@ -361,8 +386,13 @@ class Join:
                 )
             return []  # a block this stream never stored: like the removal of one, no step
         parent, tokens, foreign = known
+        target_parent = None if parent is None else f"{record.target}:{parent.split(':', 1)[1]}"
         steps = self._removed([f"{record.source}:{record.hash}"])
-        steps.append(self._store_one(seq, record.target, record.hash, parent, tokens, foreign, line))
+        steps.append(
+            self._store_one(
+                seq, record.target, f"{record.target}:{record.hash}", target_parent, tokens, foreign, line
+            )
+        )
         return steps
 
     def _join(self, text: str, parent: str | None, tokens: tuple[int, ...]) -> tuple[str, int] | None:
@@ -392,7 +422,11 @@ class Join:
             self.content.pop(text, None)
             if block_id is None:
                 continue
-            if owner is not None and medium == self.medium:
+            if text in self.outside:
+                self.outside.discard(text)
+                owner = None
+            if owner is not None and text in self.counted:
+                self.counted.discard(text)
                 self.present[owner[0]].discard(owner[1])
                 self.changed.add(owner[0])
             steps.append(_block_step("block_removed", block_id, text, medium, owner))
