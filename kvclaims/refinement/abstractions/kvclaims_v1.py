@@ -6,26 +6,24 @@ strictly increase; pydantic is imported only to word what a Struct refused in a 
 loop pushes events into the sink (the checker) without generators in between: splitting 64 KiB
 chunks into lines, one C decode per line, one call per chunk of events.
 
-Duplicate and unknown keys: the decoded Structs are re-encoded, a whole chunk in one C call, in
-their shortest form (no defaults, no whitespace; msgspec writes every string and integer in its
-shortest JSON form). A line can only be longer than that, and is exactly as long only when it
-holds no duplicate key, no unknown field, no explicit default and no whitespace, so equal chunk
-lengths prove every line clean; a chunk that differs is redone line by line and each longer line
-is re-parsed exactly (`FieldAudit`). The header is always re-parsed exactly.
+Duplicate and unknown keys: `CleanChunk` proves a chunk's lines clean (no duplicate key, no
+field outside the format, at any depth), whatever their layout, by comparing the length of what
+they decoded to, re-encoded in one C call, with the chunk's length less its whitespace; a chunk
+it cannot prove is redone line by line and each line it cannot prove is re-parsed exactly
+(`FieldAudit`). The header is always re-parsed exactly.
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
-import operator
 import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
 
 import msgspec
 
-from kvclaims.refinement.decoding import EVENT_STRUCTS, EventStruct, event_decoder
+from kvclaims.refinement.decoding import EVENT_STRUCTS, CleanChunk, EventStruct
 from kvclaims.refinement.read_ahead import ReadAhead, available
 from kvclaims.refinement.reader import (
     CHUNK_BYTES,
@@ -143,9 +141,9 @@ class KvclaimsV1Source:
                     raise parse_error(
                         f"line is {len(pieces[0])} bytes; lines are capped at {max_line}", number + 1
                     )
-                events = clean(pieces, len(buffer) - len(pending), last_seq)
+                events = clean(pieces, buffer, len(buffer) - len(pending), last_seq)
                 if events is None:
-                    number, index, last_seq = self._line_by_line(sink, pieces, number, index, last_seq)
+                    number, index, last_seq = self._line_by_line(sink, clean, pieces, number, index, last_seq)
                 else:
                     sink.feed_run(events, number + 1, index)
                     number += len(events)
@@ -155,27 +153,26 @@ class KvclaimsV1Source:
                     raise parse_error(f"line is longer than the {max_line}-byte cap", number + 1)
             if pending:
                 number += 1
-                last_seq = self._slow(sink, pending, number, index, False, last_seq)
+                last_seq = self._slow(sink, clean, pending, number, index, False, last_seq)
                 index += 1
         finally:
             self.records = index
 
     def _line_by_line(
-        self, sink: Sink, pieces: list[bytes], number: int, index: int, last_seq: int
+        self, sink: Sink, clean: CleanChunk, pieces: list[bytes], number: int, index: int, last_seq: int
     ) -> tuple[int, int, int]:
         """A chunk with a bad, unknown, misordered or longer than shortest line: one line at a
         time, in order."""
-        decode = event_decoder().decode
-        shortest = msgspec.json.Encoder().encode
+        decode = clean.decode
         for piece in pieces:
             number += 1
             try:
                 event = decode(piece)
             except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
-                last_seq = self._slow(sink, piece, number, index, True, last_seq)
+                last_seq = self._slow(sink, clean, piece, number, index, True, last_seq)
                 index += 1
                 continue
-            if len(piece) != len(shortest(event)):
+            if not clean.clean(piece, event):
                 self.audit.audit(piece, number, type(event))
             if event.seq <= last_seq:
                 raise ordering_error(event.seq, last_seq, number)
@@ -185,18 +182,25 @@ class KvclaimsV1Source:
         return number, index, last_seq
 
     def _slow(
-        self, sink: Sink, content: bytes, number: int, index: int, terminated: bool, last_seq: int
+        self,
+        sink: Sink,
+        clean: CleanChunk,
+        content: bytes,
+        number: int,
+        index: int,
+        terminated: bool,
+        last_seq: int,
     ) -> int:
         """A line the fast decoder refused, or the last line: blank, unknown type or invalid."""
         if not content.strip():
             raise parse_error("blank line: every line of a trace is one JSON object", number)
         try:
-            event = event_decoder().decode(content)
+            event = clean.decode(content)
         except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
             unknown, last_seq = explain_event_line(content, number, terminated, last_seq, self.audit)
             sink.unknown(unknown.name, number, index)
             return last_seq
-        if len(content) != len(msgspec.json.encode(event)):
+        if not clean.clean(content, event):
             self.audit.audit(content, number, type(event))
         if event.seq <= last_seq:
             raise ordering_error(event.seq, last_seq, number)
@@ -219,29 +223,6 @@ def _worth_reading_ahead(fd: int, offset: int) -> bool:
     return size - offset >= READ_AHEAD_BYTES and available()
 
 
-class CleanChunk:
-    """Decodes a chunk's complete lines in one pass, for a chunk that is clean."""
-
-    def __init__(self) -> None:
-        self._decode = event_decoder().decode
-        self._shortest = msgspec.json.Encoder().encode_into
-        self._scratch = bytearray()
-
-    def __call__(self, pieces: list[bytes], length: int, last_seq: int) -> list[Any] | None:
-        """The events of the lines `pieces` (`length` bytes with their newlines) when every line
-        decodes, is exactly as long as its event's shortest form, and the seqs strictly increase
-        from `last_seq`; None when the chunk must be read line by line."""
-        try:
-            events = list(map(self._decode, pieces))
-        except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
-            return None
-        scratch = self._scratch
-        self._shortest(events, scratch)  # `[e1,...,en]`: the lines' shortest forms, n + 1 more bytes
-        if len(scratch) != length + 1 or not _ordered(events, last_seq):
-            return None
-        return events
-
-
 _Chunk = tuple[int, list[EventStruct]]
 """What the read-ahead child sends per clean chunk: the file offset just after its last line,
 and its events."""
@@ -261,7 +242,7 @@ def _clean_chunks(fd: int, offset: int, grid: int, last_seq: int, max_line: int)
             return
         if not pieces:
             continue
-        events = clean(pieces, len(buffer) - len(pending), last_seq)
+        events = clean(pieces, buffer, len(buffer) - len(pending), last_seq)
         if events is None:
             return
         offset += len(buffer) - len(pending)
@@ -285,22 +266,6 @@ def _chunks_at(
         if reached is not None:
             reached(offset)
         yield chunk
-
-
-_SEQ = operator.attrgetter("seq")
-
-
-def _ordered(events: list[Any], last_seq: int) -> bool:
-    """Whether a decoded chunk's seqs strictly increase, from `last_seq` on; found with C-level
-    passes (map, list equality) rather than a Python loop over the chunk: consecutive seqs (what
-    runtimes write) equal a range; any other run is compared pair by pair."""
-    seqs = list(map(_SEQ, events))
-    first = seqs[0]
-    if first <= last_seq:
-        return False
-    return seqs == list(range(first, first + len(seqs))) or all(
-        map(operator.lt, seqs, itertools.islice(seqs, 1, None))
-    )
 
 
 def _header(content: bytes, terminated: bool, audit: FieldAudit) -> HeaderInfo:
