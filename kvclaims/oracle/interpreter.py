@@ -64,16 +64,19 @@ C6  Restores (class 5): `restored_blocks` puts that many leading blocks back on 
     materialized report owes (C5); an untracked claim's prefix leaves the device at offload, so
     the first satisfied reuse by the restoring request needs `restored_blocks` to reach the
     predicate. A two-key claim is restored only when both keys arrived
-    (a `restored` for the KV side and a `checkpoint_restored` whose boundary and value_hash equal
-    the materialization checkpoint), in either order; a mismatching checkpoint owes a
+    (a `restored` for the KV side, then a `checkpoint_restored` whose boundary and value_hash
+    equal the materialization checkpoint: trace-format.md, KV blocks first); a mismatching checkpoint owes a
     restoration failure (before the end and before anything else names the claim).
     In place (seed 002: a hybrid resume restores the non-KV state, payload -> scratch -> live
     slot -> post-restore view, at the KV boundary): a materialized two-key claim may get a
     `restore_required` without an offload; its KV key stays on the device (it reserves and its
     loss is loss of a materialized claim), and its failure may not have outcome refusal (no
     other tier to return to: the outcome ends responsibility).
-C7  Terms (class 6): trace v1 has no `conditionally_accepted` event, so accepted terms (owner,
-    object, mode, footprint, predicate, duration) must equal the submitted ones (identity).
+C7  Terms (class 6, DESIGN 4 rule 2): `resident_claim_accepted` after a submission repeats the
+    submitted terms (mode, footprint, predicate, durations, refresh-on-hit) exactly (terms);
+    `resident_claim_conditionally_accepted` accepts a submitted claim on other terms, which bind
+    from then on, and needs the submission (terms). Either names the submitted owner and object
+    (identity: a claim is one owner's one object).
 C8  Lost/harmed agree with blocks (class 7): `harmed` needs leading < required == the claim's
     required; `lost` needs leading < required (also after release); when the claim's blocks are
     tracked the reported leading_blocks must equal what they show, and a harm report while they
@@ -125,6 +128,7 @@ OFFLOAD_ORDER = "offload_order"  # rule 5
 NO_SILENT_HARM = "no_silent_harm"  # rule 6
 TWO_KEY = "hybrid_two_key"  # rule 7
 DURATION = "duration"  # class 2: a promised duration honoured
+TERMS = "terms"  # DESIGN 4 rule 2: accepted terms repeat the submitted ones
 
 
 @dataclass(frozen=True)
@@ -325,6 +329,7 @@ _CONFLICT = {
 SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
     "resident_claim_submitted": _TERMS,
     "resident_claim_accepted": _TERMS,
+    "resident_claim_conditionally_accepted": {**_TERMS, "reason": (_TEXT, False)},
     "resident_claim_rejected": {**_CLAIM, "reason": (_TEXT, True)},
     "resident_claim_materialized": {
         **_CLAIM,
@@ -372,6 +377,52 @@ SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
 }
 
 
+# Fields every event may carry (trace-format.md): order, type and the two clocks. The clocks
+# decide only on the events that start, restart or end a claim's term (C3); elsewhere they are
+# the runtime's context, shape-checked.
+COMMON_FIELDS = ("seq", "event", "t_ns", "engine_step")
+CLOCK_EVENTS = frozenset(
+    {
+        "resident_claim_accepted",
+        "resident_claim_conditionally_accepted",
+        "resident_claim_expired",
+        "resident_claim_restoration_failed",
+        "request_reused",
+    }
+)
+# Fields the oracle checks the shape of and nothing else, because no rule of DESIGN 4 reads them
+# (free text, a fault's context, the bytes key of a checkpoint whose value key decides).
+INFORMATIONAL: dict[str, frozenset[str]] = {
+    "resident_claim_conditionally_accepted": frozenset({"reason"}),
+    "resident_claim_rejected": frozenset({"reason"}),
+    "resident_claim_demoted": frozenset({"reason"}),
+    "resident_claim_expired": frozenset({"reason"}),
+    "resident_claim_released": frozenset({"reason"}),
+    "resident_claim_offloaded": frozenset({"tier"}),  # any tier but the device's is another tier
+    "resident_claim_checkpoint_restored": frozenset({"payload_hash"}),  # seed 002: value_hash decides
+    "request_finished": frozenset({"status"}),
+    "fault_injected": frozenset({"kind", "claim_id", "request_id"}),
+    "trace_closed": frozenset({"reason"}),  # any close reason completes the trace (C16)
+}
+CHECKPOINT_FIELDS = {"boundary": (_PREFIX, True), "payload_hash": (_ID, True), "value_hash": (_ID, True)}
+TENSOR_FIELDS = ("kind", "layer", "shape", "logical_dtype", "storage_dtype", "layout")
+PREDICATE_FIELDS = {
+    "leading_prefix_at_least": ("kind", "blocks", "tokens"),
+    "hybrid_two_key": ("kind", "boundary_blocks", "checkpoint_key"),
+}
+HEADER_FIELDS = ("kvclaims_trace", "block_size", "cache_identity", "engine_id", "source", "usable_blocks")
+CACHE_IDENTITY_FIELDS = {
+    "cache_key_domain": (_ID, True),
+    "model_id": (_ID, True),
+    "token_hash_domain": (_ID, True),
+    "block_size": (_POS, True),
+    "kv_format": (_ID, True),
+    "adapter_identity": (_ID, False),
+    "namespace": (_TEXT, False),
+    "prompt_embedding_identity": (_ID, False),
+}
+
+
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for key, value in pairs:
@@ -409,21 +460,17 @@ def _valid(kind: str, value: Any) -> bool:
     if kind == "ids":
         return type(value) is list and all(_valid(_ID, item) for item in value)
     if kind == "checkpoint":
-        return (
+        return (  # other fields are context (the schema allows them)
             type(value) is dict
-            and {"boundary", "payload_hash", "value_hash"} <= set(value)
-            and set(value) <= {"boundary", "payload_hash", "value_hash", "tensors"}
-            and _valid(_PREFIX, value["boundary"])
-            and _valid(_ID, value["payload_hash"])
-            and _valid(_ID, value["value_hash"])
-            and ("tensors" not in value or _valid("tensors", value["tensors"]))
+            and _fields_valid(value, CHECKPOINT_FIELDS)
+            and (value.get("tensors") is None or _valid("tensors", value["tensors"]))
         )
     if kind == "tensors":
         return value is None or (
             type(value) is list
             and all(
                 type(item) is dict
-                and set(item) == {"kind", "layer", "shape", "logical_dtype", "storage_dtype", "layout"}
+                and set(TENSOR_FIELDS) <= set(item)
                 and all(
                     _valid(_ID, item[name])
                     for name in ("kind", "layer", "logical_dtype", "storage_dtype", "layout")
@@ -439,18 +486,26 @@ def _valid(kind: str, value: Any) -> bool:
         if value.get("kind") == "leading_prefix_at_least":
             units = [name for name in ("blocks", "tokens") if name in value]
             return (
-                set(value) <= {"kind", "blocks", "tokens"}
+                set(value) <= set(PREDICATE_FIELDS["leading_prefix_at_least"])
                 and len(units) == 1
                 and _valid(_PPREFIX if units == ["blocks"] else _POS, value[units[0]])
             )
         if value.get("kind") == "hybrid_two_key":
             return (
-                set(value) <= {"kind", "boundary_blocks", "checkpoint_key"}
+                set(value) <= set(PREDICATE_FIELDS["hybrid_two_key"])
                 and _valid(_POS, value.get("boundary_blocks"))
                 and ("checkpoint_key" not in value or _valid(_ID, value["checkpoint_key"]))
             )
         return False
     raise AssertionError(kind)
+
+
+def _fields_valid(value: dict[str, Any], schema: dict[str, tuple[str, bool]]) -> bool:
+    try:
+        _check_fields(value, schema)
+    except BadInput:
+        return False
+    return True
 
 
 def _check_fields(event: dict[str, Any], schema: dict[str, tuple[str, bool]]) -> None:
@@ -485,8 +540,13 @@ def parse_header(header: dict[str, Any]) -> tuple[int | None, int | None]:
     for name in ("source",):
         if header.get(name) is not None and type(header[name]) is not str:
             raise BadInput(f"header {name} is not a string")
-    if header.get("cache_identity") is not None and type(header["cache_identity"]) is not dict:
-        raise BadInput("header cache_identity is not an object")
+    if header.get("engine_id") is not None and not _valid(_ID, header["engine_id"]):
+        raise BadInput("header engine_id is not a string of 1..256 characters")
+    identity = header.get("cache_identity")
+    if identity is not None:
+        if type(identity) is not dict or not set(identity) <= set(CACHE_IDENTITY_FIELDS):
+            raise BadInput("header cache_identity is not an object of the identity's fields")
+        _check_fields(identity, CACHE_IDENTITY_FIELDS)
     return usable, block_size
 
 
@@ -723,14 +783,33 @@ class Oracle:
                 IDENTITY, f"{claim_id} accepted twice (duplicate ownership) or after {claim.phase}"
             )
         terms = self._terms(event)
+        if claim is not None and claim.terms[:2] != terms[:2]:
+            raise Violation(IDENTITY, f"{claim_id}: accepted for another owner or object")
         if claim is not None and claim.terms != terms:  # C7, class 6
-            raise Violation(IDENTITY, f"{claim_id}: accepted terms differ from the submitted ones")
+            raise Violation(TERMS, f"{claim_id}: accepted terms differ from the submitted ones")
+        self._accept(claim_id, terms, event)
+
+    def _accept(self, claim_id: str, terms: tuple[Any, ...], event: dict[str, Any]) -> None:
         claim = Claim(claim_id, "accepted", terms)
         self._set_terms(claim, event)
         step, now = event.get("engine_step"), event.get("t_ns")
         claim.accepted_step = step if _is_int(step) else None
         claim.accepted_ns = now if _is_int(now) else None
         self.claims[claim_id] = claim
+
+    def _resident_claim_conditionally_accepted(self, event: dict[str, Any]) -> None:
+        """C7: other terms than the submitted ones, for the same owner and object; the new terms
+        bind from here. Only a submitted claim can be accepted on changed terms."""
+        claim_id = event["claim_id"]
+        claim = self.claims.get(claim_id)
+        if claim is None:
+            raise Violation(TERMS, f"{claim_id} conditionally accepted, never submitted")
+        if claim.phase != "submitted":
+            raise Violation(IDENTITY, f"{claim_id} accepted twice or after {claim.phase}")
+        terms = self._terms(event)
+        if terms[:2] != claim.terms[:2]:
+            raise Violation(IDENTITY, f"{claim_id}: accepted for another owner or object")
+        self._accept(claim_id, terms, event)
 
     def _resident_claim_rejected(self, event: dict[str, Any]) -> None:
         claim_id = event["claim_id"]
@@ -902,6 +981,8 @@ class Oracle:
         claim = self._subject(event)
         if not claim.two_key or claim.phase != "restoring":
             raise Violation(TWO_KEY, f"checkpoint restore of {claim.claim_id} while {claim.phase}")
+        if not claim.kv_back:  # trace-format.md: the KV blocks are restored before the checkpoint
+            raise Violation(TWO_KEY, f"{claim.claim_id}: checkpoint restored before its KV blocks")
         recorded = claim.checkpoint
         if recorded is None or (event["boundary"], event["value_hash"]) != recorded:
             claim.mismatch = True  # seed 002: only value_hash equality is state identity
@@ -1197,8 +1278,9 @@ def parse_event(line: bytes, previous_seq: int | None) -> dict[str, Any]:
         raise BadInput("seq does not strictly increase")
     if type(name) is not str:
         raise BadInput("event is not a string")
-    if event.get("t_ns") is not None and not _valid(_NAT, event["t_ns"]):
-        raise BadInput("t_ns is not a non-negative integer")
+    for clock in ("t_ns", "engine_step"):  # on every event, decisive or not (COMMON_FIELDS)
+        if event.get(clock) is not None and not _valid(_NAT, event[clock]):
+            raise BadInput(f"{clock} is not a non-negative integer")
     schema = SCHEMA.get(name)
     if schema is not None:
         _check_fields(event, schema)

@@ -164,14 +164,16 @@ def test_class_5_a_matching_checkpoint_alone_does_not_restore_a_two_key_claim() 
         {**materialized("A", 1), "checkpoint": checkpoint},
         {"event": "resident_claim_offloaded", "claim_id": "A", "tier": "cpu"},
         {"event": "resident_claim_restore_required", "claim_id": "A", "request_id": "r1"},
-        {"event": "resident_claim_checkpoint_restored", "claim_id": "A", **checkpoint},
     )
+    value_side = {"event": "resident_claim_checkpoint_restored", "claim_id": "A", **checkpoint}
     kv_side = {"event": "resident_claim_restored", "claim_id": "A", "request_id": "r1", "restored_blocks": 1}
-    assert judge(ndjson(*prefix, REUSE)).rule == "offload_order"
-    assert judge(ndjson(*prefix, kv_side, REUSE)).outcome == ACCEPTED
+    assert judge(ndjson(*prefix, kv_side, REUSE)).rule == "offload_order"
+    assert judge(ndjson(*prefix, kv_side, value_side, REUSE)).outcome == ACCEPTED
+    # trace-format.md: the KV blocks are restored before the checkpoint
+    assert judge(ndjson(*prefix, value_side, kv_side, REUSE)).rule == "hybrid_two_key"
     # class 5: with no block events, only restored_blocks confirms the KV side for the reuse
     unconfirmed = {key: value for key, value in kv_side.items() if key != "restored_blocks"}
-    assert judge(ndjson(*prefix, unconfirmed, REUSE)).rule == "offload_order"
+    assert judge(ndjson(*prefix, unconfirmed, value_side, REUSE)).rule == "offload_order"
 
 
 def test_generated_valid_histories_are_accepted() -> None:
