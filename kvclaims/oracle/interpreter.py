@@ -1195,11 +1195,12 @@ class Oracle:
         claim = self.claims.get(claim_id)
         if claim is None:
             raise Violation(IDENTITY, f"block event names {claim_id}, never submitted (post-hoc naming)")
+        position = event.get("position")
+        known = claim.terms != ()  # a claim rejected without a submission has no footprint
+        if known and position is not None and position >= claim.footprint:  # also before the decision
+            raise Violation(IDENTITY, f"position {position} outside {claim_id}'s footprint")
         if claim.phase in ("submitted", "rejected"):
             return None
-        position = event.get("position")
-        if position is not None and position >= claim.footprint:
-            raise Violation(IDENTITY, f"position {position} outside {claim_id}'s footprint")
         if claim.phase in RETIRED:  # C4: a retired claim's blocks are ordinary cache entries
             return None
         return claim if position is not None else None

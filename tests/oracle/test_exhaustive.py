@@ -10,24 +10,11 @@ from __future__ import annotations
 import pytest
 
 from kvclaims.oracle.exhaustive import Report, classify, explore
+from kvclaims.oracle.known_disagreements import KNOWN_CHECKER_DISAGREEMENTS, known
 
 CI_LENGTH = 4
 # (states, traces) per menu at CI_LENGTH; `core` was the whole comparison before issue 26.
 PINNED = {"core": (633, 5730), "whole": (7319, 91440)}
-
-# Signatures (`classify`) of the disagreements where DESIGN and the format say the checker is
-# wrong, each with the finding that reports it to the model's owner. The test below fails when
-# one disappears (the checker was fixed: delete it here and keep its twins in test_regressions)
-# or a new one appears.
-KNOWN_CHECKER_DISAGREEMENTS = {
-    "oracle rejected/offload_order vs checker accepted/-: restore_required of _ while accepted": (
-        "oracle--model--two-key-in-place-without-checkpoint.md"
-    ),
-    "oracle accepted/- vs checker rejected/capacity_state: admitting request _ says "
-    "claim_shared_blocks = #, more than the # blocks the claims hold": (
-        "oracle--model--in-place-restore-holds-no-blocks.md"
-    ),
-}
 
 
 @pytest.fixture(scope="module", params=sorted(PINNED))
@@ -47,9 +34,10 @@ def test_the_oracle_and_the_checker_agree_on_every_trace_but_the_known_checker_b
         signature = classify(disagreement)
         if signature not in shortest or len(names) < len(shortest[signature]):
             shortest[signature] = names
-    unknown = {s: n for s, n in shortest.items() if s not in KNOWN_CHECKER_DISAGREEMENTS}
+    unknown = {s: n for s, n in shortest.items() if known(s) is None}
     assert not unknown, "disagreements (fix the side that is wrong, keep the case as twins):\n" + "\n".join(
         f"{signature}\n  {names}" for signature, names in unknown.items()
     )
     if report.menu == "whole":
-        assert set(shortest) == set(KNOWN_CHECKER_DISAGREEMENTS), "a known disagreement is gone: delete it"
+        expected = {k for k in KNOWN_CHECKER_DISAGREEMENTS if k.differential_seed is None}
+        assert {known(s) for s in shortest} == expected, "a known disagreement is gone: delete it"
