@@ -26,9 +26,11 @@ from kvclaims.oracle.exhaustive import (
     classify,
     refinement_checker_unshrunk,
 )
-from kvclaims.oracle.interpreter import MODES, OUTCOMES, SCHEMA, BadInput, Oracle, Verdict, judge, parse_event
+from kvclaims.oracle.format import SCHEMA, parse_event
+from kvclaims.oracle.interpreter import Oracle, judge
 from kvclaims.oracle.known_disagreements import known
 from kvclaims.oracle.mutations import MUTATIONS, encode, mutate
+from kvclaims.oracle.state import MODES, OUTCOMES, BadInput, Verdict
 
 CLAIMS, REQUESTS, BLOCKS, HASHES = ("c1", "c2", "c3"), ("r1", "r2", "r3"), 6, ("h0", "h1", "h2", "hx")
 VALUES = ("va", "vb")

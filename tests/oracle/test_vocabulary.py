@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from kvclaims.oracle import format as vocabulary
 from kvclaims.oracle import interpreter as oracle
 from kvclaims.oracle.exhaustive import HEADER, WHOLE_MENU, encode
 
@@ -51,29 +52,29 @@ def _wrong_value(spec: dict[str, Any]) -> Any:
 
 
 def test_every_engine_event_type_has_a_handler() -> None:
-    assert set(ENGINE) == set(oracle.SCHEMA)
+    assert set(ENGINE) == set(vocabulary.SCHEMA)
     for event in ENGINE:
         assert callable(getattr(oracle.Oracle, "_" + event, None)), event
 
 
 def test_every_routing_event_is_judged_or_listed_as_not_judged_yet() -> None:
     routing = set(_event_defs(ROUTING)) - {"trace_closed"}
-    assert routing - set(oracle.SCHEMA) == NOT_JUDGED_YET
+    assert routing - set(vocabulary.SCHEMA) == NOT_JUDGED_YET
 
 
 @pytest.mark.parametrize(("event", "name"), FIELDS)
 def test_every_field_of_every_event_is_read(event: str, name: str) -> None:
-    assert name in oracle.SCHEMA[event] or name in oracle.COMMON_FIELDS
+    assert name in vocabulary.SCHEMA[event] or name in vocabulary.COMMON_FIELDS
 
 
 def test_every_field_of_the_nested_objects_and_the_header_is_read() -> None:
     props = lambda name: set(_defs(EVENTS, name)["properties"])  # noqa: E731
-    assert props("Checkpoint") == {*oracle.CHECKPOINT_FIELDS, "tensors"}
-    assert props("CheckpointTensor") == set(oracle.TENSOR_FIELDS)
-    assert props("LeadingPrefixAtLeast") == set(oracle.PREDICATE_FIELDS["leading_prefix_at_least"])
-    assert props("HybridTwoKey") == set(oracle.PREDICATE_FIELDS["hybrid_two_key"])
-    assert set(HEADER_SCHEMA["properties"]) == set(oracle.HEADER_FIELDS)
-    assert set(_defs(HEADER_SCHEMA, "CacheIdentity")["properties"]) == set(oracle.CACHE_IDENTITY_FIELDS)
+    assert props("Checkpoint") == {*vocabulary.CHECKPOINT_FIELDS, "tensors"}
+    assert props("CheckpointTensor") == set(vocabulary.TENSOR_FIELDS)
+    assert props("LeadingPrefixAtLeast") == set(vocabulary.PREDICATE_FIELDS["leading_prefix_at_least"])
+    assert props("HybridTwoKey") == set(vocabulary.PREDICATE_FIELDS["hybrid_two_key"])
+    assert set(HEADER_SCHEMA["properties"]) == set(vocabulary.HEADER_FIELDS)
+    assert set(_defs(HEADER_SCHEMA, "CacheIdentity")["properties"]) == set(vocabulary.CACHE_IDENTITY_FIELDS)
 
 
 def _an_event_of(event: str) -> dict[str, Any]:
@@ -120,8 +121,8 @@ def test_every_field_a_rule_reads_is_in_the_exhaustive_menu() -> None:
         (event, name)
         for event, name in FIELDS
         if name not in ("seq", "event")
-        and name not in oracle.INFORMATIONAL.get(event, ())
-        and (name not in ("t_ns", "engine_step") or event in oracle.CLOCK_EVENTS)
+        and name not in vocabulary.INFORMATIONAL.get(event, ())
+        and (name not in ("t_ns", "engine_step") or event in vocabulary.CLOCK_EVENTS)
         and event != "trace_closed"
     }
     assert sorted(decisive - used) == []
