@@ -8,7 +8,7 @@ menu event, legal or not. A trace is decided at its first violating event, so a 
 extension is compared and never extended. Every generated trace (each prefix + one event) is
 checked by both and compared by outcome (and by rule when both reject).
 
-    python -m kvclaims.oracle.exhaustive --length 6 [--menu core|full] [--no-checker]
+    python -m kvclaims.oracle.exhaustive --length 6 [--menu core|full|whole] [--no-checker]
 """
 
 from __future__ import annotations

@@ -100,9 +100,13 @@ C12 Requests (class 14): `request_finished` of a request never seen (a client ab
 C13 Blocking claims of a capacity conflict must be preserving and reserve now (not offloaded,
     restoring, settled or owing harm); rule 4's "accepted, unreleased" read strictly.
 C14 A trace with no event other than `fault_injected` is inconclusive (nothing to accept). An
-    unknown event type makes an otherwise clean trace inconclusive.
+    unknown event type makes an otherwise clean trace inconclusive; so do the router stream's
+    `route_decided` and `route_reuse_reported` in one engine's stream (trace-format.md: they are
+    judged only across a fleet's streams, which this oracle does not do yet).
 C15 Input: duplicate JSON keys, a bool where an integer is due, a float, a missing or mistyped
-    required field, a block count or position past 2^24, a non-increasing seq: invalid. (A
+    required field, a block count or position past 2^24, a non-increasing seq, a clock
+    (`engine_step`, `t_ns`) that is not a non-negative integer on any event, a header
+    `engine_id` or `cache_identity` of the wrong shape: invalid. (A
     misspelt unknown field, which trace-format.md makes invalid, is not modelled: unknown
     fields are ignored.)
 C16 End of stream (trace-format.md): see `drive`.
