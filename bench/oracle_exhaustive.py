@@ -1,6 +1,6 @@
 """Bounded-exhaustive comparison of the oracle with the checker (issue 12), at full bounds.
 
-    .venv/bin/python bench/oracle_exhaustive.py [--runs core:6 full:4]
+    .venv/bin/python bench/oracle_exhaustive.py [--runs core:6 full:4 whole:5]
 
 For each `menu:length` run, every trace up to `length` events over the universe of
 `kvclaims.oracle.exhaustive` (2 claims, 4 blocks, 2 requests, a pool of 4), explored
@@ -20,7 +20,7 @@ from kvclaims.oracle.exhaustive import Disagreement, classify, explore
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", nargs="+", default=["core:6", "full:4"])
+    parser.add_argument("--runs", nargs="+", default=["core:6", "full:4", "whole:5"])
     args = parser.parse_args()
     for run in args.runs:
         menu, length = run.split(":")

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import os
 
+import hypothesis
 import pytest
 
+from kvclaims.lab.fuzz_settings import NO_DATABASE, FuzzSeed, fuzz_seed
 from kvclaims.vllm_binding.plugin import installed_vllm_version, unsupported_reason
 
 _REASON = unsupported_reason(installed_vllm_version())
@@ -62,3 +64,43 @@ def _private_data_directory(tmp_path_factory: pytest.TempPathFactory) -> None:
     """What a command writes without -o goes to a fresh folder per test run, never to the
     user's data directory."""
     os.environ["KVCLAIMS_OUT_DIR"] = str(tmp_path_factory.mktemp("kvclaims-data"))
+
+
+# Fuzzing that explores (issue 26 item 4): one seed per commit for every Hypothesis test, no
+# example database, the seed in the run's header and the command that reproduces a failure.
+_SEED: FuzzSeed = fuzz_seed()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Before Hypothesis's own plugin reads it: the seed of every state machine and `@given`
+    test without one (an explicit `--hypothesis-seed` wins)."""
+    hypothesis.settings.load_profile(NO_DATABASE)
+    if getattr(config.option, "hypothesis_seed", None) is None:
+        config.option.hypothesis_seed = str(_SEED.value)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"kvclaims fuzz seed: {config.option.hypothesis_seed} ({_SEED.origin})"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """`@seed` on every `@given` test: it outranks a `derandomize=True` in the test's own
+    settings, so those tests explore too."""
+    for item in items:
+        test = getattr(getattr(item, "obj", None), "__func__", getattr(item, "obj", None))
+        if getattr(test, "is_hypothesis_test", False):
+            hypothesis.seed(_SEED.value)(test)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        report.sections.append(
+            (
+                "kvclaims fuzz seed",
+                f"seed {_SEED.value} ({_SEED.origin}); reproduce with: {_SEED.reproduce(item.nodeid)}",
+            )
+        )

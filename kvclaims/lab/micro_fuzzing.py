@@ -76,7 +76,7 @@ from kvclaims.statemachine.requests import RequestEvent, RequestPhase
 from kvclaims.statemachine.system import Violation
 
 settings.register_profile("ci", bounded(max_examples=600, stateful_step_count=50))
-"""Deterministic and bounded: kvclaims' own CI runs this profile."""
+"""Bounded, seeded per commit under pytest: kvclaims' own CI runs this profile."""
 
 OBJECTS: dict[str, int] = {"doc-a": 4, "doc-b": 8, "doc-c": 12, "doc-d": 20}
 """Reusable prefix objects the machine's claims and requests name (length in blocks)."""

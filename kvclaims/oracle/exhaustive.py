@@ -8,7 +8,7 @@ menu event, legal or not. A trace is decided at its first violating event, so a 
 extension is compared and never extended. Every generated trace (each prefix + one event) is
 checked by both and compared by outcome (and by rule when both reject).
 
-    python -m kvclaims.oracle.exhaustive --length 6 [--menu core|full] [--no-checker]
+    python -m kvclaims.oracle.exhaustive --length 6 [--menu core|full|whole] [--no-checker]
 """
 
 from __future__ import annotations
@@ -187,7 +187,53 @@ FULL_MENU: tuple[tuple[str, dict[str, Any]], ...] = (
     _removed(0, "h0", "c2", 0),
 )
 
-MENUS = {"core": CORE_MENU, "full": FULL_MENU}
+# Submitted terms of c2 for the conditional acceptances (issue 26 item 3: the whole vocabulary).
+SUBMITTED2 = _terms("c2", "hard_protected", 2, _blocks(2))
+TTL2 = _terms("c2", "expiring", 1, _blocks(1), duration_ms=2, refresh_on_hit=True, t_ns=0)
+TOKENS1 = _terms("c1", "hard_protected", 2, {"kind": "leading_prefix_at_least", "tokens": 17})
+
+# `whole` adds every event type and field of trace v1 the smaller menus leave out: conditional
+# acceptance (changed terms, another owner, no submission), the wall clock (`duration_ms` on
+# `t_ns`, refresh on hit), token predicates, resumes in place carrying a checkpoint, other tiers,
+# faults, every restoration outcome and the context fields.
+WHOLE_MENU: tuple[tuple[str, dict[str, Any]], ...] = (
+    *FULL_MENU,
+    ("resident_claim_submitted", SUBMITTED2),
+    ("resident_claim_submitted", {**TTL2, "duration_steps": 1, "engine_step": 0}),
+    ("resident_claim_conditionally_accepted", {**OFF2, "reason": "smaller"}),
+    ("resident_claim_conditionally_accepted", {**TTL2, "duration_steps": 2, "engine_step": 0}),
+    ("resident_claim_conditionally_accepted", {**SUBMITTED2, "owner_scope": "o2"}),
+    ("resident_claim_accepted", TTL2),
+    ("resident_claim_accepted", TOKENS1),
+    ("resident_claim_expired", {"claim_id": "c2", "t_ns": 1_000_000, "reason": "ttl"}),
+    ("resident_claim_expired", {"claim_id": "c2", "t_ns": 3_000_000}),
+    (
+        "resident_claim_restoration_failed",
+        {"claim_id": "c2", "request_id": "r1", "outcome": "expiry", "t_ns": 5_000_000, "engine_step": 5},
+    ),
+    ("resident_claim_restoration_failed", {"claim_id": "c2", "request_id": "r1", "outcome": "harm"}),
+    ("resident_claim_lost", {"claim_id": "c2", "leading_blocks": 0}),
+    (
+        "request_reused",
+        {
+            "request_id": "r2",
+            "claim_id": "c2",
+            "cached_blocks": 1,
+            "predicate_satisfied": True,
+            "checkpoint": {"boundary": 1, "payload_hash": "pa", "value_hash": "vb"},
+            "t_ns": 2_000_000,
+            "engine_step": 1,
+        },
+    ),
+    (
+        "block_stored",
+        {"block_id": 3, "block_hash": "h3", "cache_level": "cpu", "claim_id": "c2", "position": 0},
+    ),
+    ("block_removed", {"block_id": 2, "block_hash": "h2", "cache_level": "cpu"}),
+    ("fault_injected", {"kind": "restore_failure", "claim_id": "c2", "request_id": "r1"}),
+)
+
+MENUS = {"core": CORE_MENU, "full": FULL_MENU, "whole": WHOLE_MENU}
 
 
 CLOSED = {"event": "trace_closed", "reason": "closed"}

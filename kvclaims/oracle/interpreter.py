@@ -64,16 +64,19 @@ C6  Restores (class 5): `restored_blocks` puts that many leading blocks back on 
     materialized report owes (C5); an untracked claim's prefix leaves the device at offload, so
     the first satisfied reuse by the restoring request needs `restored_blocks` to reach the
     predicate. A two-key claim is restored only when both keys arrived
-    (a `restored` for the KV side and a `checkpoint_restored` whose boundary and value_hash equal
-    the materialization checkpoint), in either order; a mismatching checkpoint owes a
+    (a `restored` for the KV side, then a `checkpoint_restored` whose boundary and value_hash
+    equal the materialization checkpoint: trace-format.md, KV blocks first); a mismatching checkpoint owes a
     restoration failure (before the end and before anything else names the claim).
     In place (seed 002: a hybrid resume restores the non-KV state, payload -> scratch -> live
     slot -> post-restore view, at the KV boundary): a materialized two-key claim may get a
     `restore_required` without an offload; its KV key stays on the device (it reserves and its
     loss is loss of a materialized claim), and its failure may not have outcome refusal (no
     other tier to return to: the outcome ends responsibility).
-C7  Terms (class 6): trace v1 has no `conditionally_accepted` event, so accepted terms (owner,
-    object, mode, footprint, predicate, duration) must equal the submitted ones (identity).
+C7  Terms (class 6, DESIGN 4 rule 2): `resident_claim_accepted` after a submission repeats the
+    submitted terms (mode, footprint, predicate, durations, refresh-on-hit) exactly (terms);
+    `resident_claim_conditionally_accepted` accepts a submitted claim on other terms, which bind
+    from then on, and needs the submission (terms). Either names the submitted owner and object
+    (identity: a claim is one owner's one object).
 C8  Lost/harmed agree with blocks (class 7): `harmed` needs leading < required == the claim's
     required; `lost` needs leading < required (also after release); when the claim's blocks are
     tracked the reported leading_blocks must equal what they show, and a harm report while they
@@ -97,9 +100,13 @@ C12 Requests (class 14): `request_finished` of a request never seen (a client ab
 C13 Blocking claims of a capacity conflict must be preserving and reserve now (not offloaded,
     restoring, settled or owing harm); rule 4's "accepted, unreleased" read strictly.
 C14 A trace with no event other than `fault_injected` is inconclusive (nothing to accept). An
-    unknown event type makes an otherwise clean trace inconclusive.
+    unknown event type makes an otherwise clean trace inconclusive; so do the router stream's
+    `route_decided` and `route_reuse_reported` in one engine's stream (trace-format.md: they are
+    judged only across a fleet's streams, which this oracle does not do yet).
 C15 Input: duplicate JSON keys, a bool where an integer is due, a float, a missing or mistyped
-    required field, a block count or position past 2^24, a non-increasing seq: invalid. (A
+    required field, a block count or position past 2^24, a non-increasing seq, a clock
+    (`engine_step`, `t_ns`) that is not a non-negative integer on any event, a header
+    `engine_id` or `cache_identity` of the wrong shape: invalid. (A
     misspelt unknown field, which trace-format.md makes invalid, is not modelled: unknown
     fields are ignored.)
 C16 End of stream (trace-format.md): see `drive`.
@@ -109,568 +116,55 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, replace
 from typing import Any
 
-# --- verdicts -----------------------------------------------------------------------------
-
-ACCEPTED, REJECTED, INCONCLUSIVE, INVALID = "accepted", "rejected", "inconclusive", "invalid"
-
-# The rule names of DESIGN 4 (the same strings the checker's counterexamples carry).
-IDENTITY = "identity"  # rule 1
-LIFECYCLE = "lifecycle"  # rule 2
-CAPACITY = "capacity_arithmetic"  # rule 3 (+ class 1: proofs against the state, overcommit)
-ATTRIBUTION = "attribution"  # rule 4
-OFFLOAD_ORDER = "offload_order"  # rule 5
-NO_SILENT_HARM = "no_silent_harm"  # rule 6
-TWO_KEY = "hybrid_two_key"  # rule 7
-DURATION = "duration"  # class 2: a promised duration honoured
-
-
-@dataclass(frozen=True)
-class Verdict:
-    outcome: str
-    rule: str | None = None
-    line: int | None = None
-    message: str = ""
-
-
-class Violation(Exception):
-    def __init__(self, rule: str, message: str) -> None:
-        super().__init__(message)
-        self.rule = rule
-        self.message = message
-
-
-class BadInput(Exception):
-    """The input is not a trace (an `invalid` verdict); `line` says where, once known."""
-
-    line: int | None = None
-
-
-# --- the contract's facts -----------------------------------------------------------------
-
-MODES = (
-    "best_effort",
-    "soft_priority",
-    "hard_protected",
-    "demotable",
-    "expiring",
-    "offloadable",
-    "routed_reuse",
+from kvclaims.oracle.format import SCHEMA, BadInput, _is_int, _parse_line, parse_event, parse_header
+from kvclaims.oracle.state import (
+    ACCEPTED,
+    IDENTITY,
+    INCONCLUSIVE,
+    INVALID,
+    LIFECYCLE,
+    MAY_OFFLOAD,
+    NO_SILENT_HARM,
+    OFFLOAD_ORDER,
+    PRESERVING,
+    REJECTED,
+    RESERVING,
+    RESPONSIBLE,
+    RETIRED,
+    SETTLED,
+    TERMS,
+    TWO_KEY,
+    Claim,
+    Verdict,
+    Violation,
 )
-# Seed 001 table 4 / DESIGN 2.2: modes whose accepted claims carry a preservation obligation.
-PRESERVING = frozenset({"hard_protected", "demotable", "expiring", "offloadable"})
-# Seed 001 table 3 (hard_protected: "... offload ...") and seed 000 s. 3 (offloadable).
-MAY_OFFLOAD = frozenset({"hard_protected", "offloadable"})
-DEVICE_TIERS = frozenset({"gpu", "device"})
-OUTCOMES = ("refusal", "demotion", "expiry", "harm")
-REASONS = ("capacity", "restoration_failed")
-PROOF = (
-    "protected_resident_blocks",
-    "active_live_blocks_required",
-    "resident_plus_active_blocks",
-    "usable_blocks",
-    "capacity_shortfall_blocks",
-)
+from kvclaims.oracle.traffic import RequestsAndBlocks
 
-# Claim phases. RESPONSIBLE: the runtime holds the predicate; SETTLED: responsibility ended.
-RESPONSIBLE = frozenset({"accepted", "materialized", "offloaded", "restoring"})
-SETTLED = frozenset({"demoted", "expired", "released"})
-RESERVING = frozenset({"accepted", "materialized"})  # choice C1
-RETIRED = frozenset({"released", "harmed"})  # no block is tracked for the claim any more (C4)
-
-
-@dataclass
-class Claim:
-    claim_id: str
-    phase: str  # submitted accepted rejected materialized offloaded restoring demoted expired released harmed
-    terms: tuple[Any, ...]  # (owner, object, mode, footprint, predicate-json, duration)
-    mode: str = ""
-    footprint: int = 0
-    required: int | None = None  # leading blocks the predicate needs (None: undecidable)
-    two_key: bool = False
-    duration: int | None = None
-    duration_ms: int | None = None
-    refresh_on_hit: bool = False
-    accepted_step: int | None = None  # C3: the step clock's start (acceptance, or the last hit)
-    accepted_ns: int | None = None  # C3: the wall clock's start
-    checkpoint: tuple[int, str] | None = None  # (boundary, value_hash) recorded at materialization
-    positions: dict[int, set[int]] = field(default_factory=dict)  # position -> the blocks holding it (C4)
-    assumed: int = 0  # C5: leading blocks reported materialized in blocks the trace never named
-    gone: set[int] = field(default_factory=set)  # assumed positions removed since
-    tracked: bool = False  # block events with this claim's id and a position were seen
-    held: bool = False  # the predicate was shown to hold while responsible (C5)
-    unconfirmed: int = 0  # leading blocks a materialized report claimed and blocks have not shown
-    owes_harm: bool = False
-    mismatch: bool = False  # a two-key checkpoint mismatch owes a restoration failure
-    kv_back: bool = False  # two-key: the KV side of a restore arrived
-    value_back: bool = False  # two-key: the matching checkpoint arrived
-    pending: set[str] = field(default_factory=set)  # requests with a restore_required outstanding
-    restored_for: set[str] = field(
-        default_factory=set
-    )  # C6: requests whose first satisfied reuse checks the restore
-    in_place: bool = False  # C6: restoring a materialized two-key claim's checkpoint in place
-
-    def on_device(self) -> bool:
-        """C1: the claim's KV blocks are in the device tier (an in-place restore keeps them)."""
-        return self.phase in RESERVING or (self.phase == "restoring" and self.in_place)
-
-    def present(self, position: int) -> bool:
-        return position in self.positions or (position < self.assumed and position not in self.gone)
-
-    def leading(self) -> int:
-        """Leading contiguous blocks present (block i counts only if 0..i-1 do, seed 001 L6).
-        Jumps over the assumed range, so the work is bounded by the events seen, never by a
-        number in the input."""
-        count = 0
-        while True:
-            if count in self.positions:
-                count += 1
-            elif count < self.assumed and count not in self.gone:
-                count = min([g for g in self.gone if g > count] + [self.assumed])
-            else:
-                return count
-
-    def holds(self) -> bool:
-        return self.required is not None and self.leading() >= self.required
-
-    def copy(self) -> Claim:
-        return replace(
-            self,
-            positions={p: set(b) for p, b in self.positions.items()},
-            gone=set(self.gone),
-            pending=set(self.pending),
-            restored_for=set(self.restored_for),
-        )
-
-    def key(self) -> tuple[Any, ...]:
-        """Everything that decides the future of the trace (mode, footprint and duration are
-        inside `terms`)."""
-        return (
-            self.claim_id,
-            self.phase,
-            self.terms,
-            self.required,
-            self.accepted_step,
-            self.accepted_ns,
-            self.checkpoint,
-            tuple(sorted((p, tuple(sorted(b))) for p, b in self.positions.items())),
-            self.assumed,
-            tuple(sorted(self.gone)),
-            (self.tracked, self.held, self.unconfirmed, self.owes_harm, self.mismatch),
-            (self.kv_back, self.value_back, self.in_place),
-            tuple(sorted(self.pending)),
-            tuple(sorted(self.restored_for)),
-        )
-
-
-@dataclass
-class Request:
-    phase: str  # admitted deferred refused finished
-    owes_refusal: str | None = None  # claim whose failed restoration owes a fail-closed outcome
-    failed: set[str] = field(default_factory=set)  # claims whose restoration failed for it
-    discharged: set[str] = field(default_factory=set)  # failures already answered by refusal/deferral
-
-    def copy(self) -> Request:
-        return Request(self.phase, self.owes_refusal, set(self.failed), set(self.discharged))
-
-    def key(self) -> tuple[Any, ...]:
-        return (
-            self.phase,
-            self.owes_refusal,
-            tuple(sorted(self.failed)),
-            tuple(sorted(self.discharged)),
-        )
-
-
-@dataclass
-class Block:
-    block_hash: str
-    holders: set[tuple[str, int]] = field(default_factory=set)  # (claim id, position)
-
-
-# --- input ----------------------------------------------------------------------------------
-
-_ID, _TEXT, _NAT, _POS, _BOOL = "id", "text", "nat", "pos", "bool"
-_PREFIX, _PPREFIX = "prefix", "positive prefix"  # a count of, or position in, one prefix's blocks
-MAX_PREFIX_BLOCKS = 1 << 24  # trace-format.md: no prefix spans more blocks
-CLOSE_REASONS = ("closed", "engine_shutdown", "SIGTERM", "SIGINT", "atexit")
-_TERMS = {
-    "claim_id": (_ID, True),
-    "owner_scope": (_ID, True),
-    "object_id": (_ID, True),
-    "mode": ("mode", True),
-    "footprint_blocks": (_PPREFIX, True),
-    "predicate": ("predicate", True),
-    "duration_steps": (_POS, False),
-    "duration_ms": (_POS, False),
-    "refresh_on_hit": (_BOOL, False),
-}
-_CLAIM = {"claim_id": (_ID, True)}
-_BLOCK = {
-    "block_id": (_NAT, True),
-    "block_hash": (_TEXT, True),
-    "cache_level": (_TEXT, False),
-    "claim_id": (_ID, False),
-    "position": (_PREFIX, False),
-}
-_CONFLICT = {
-    "request_id": (_ID, True),
-    "reason": ("reason", True),
-    "blocking_claim_ids": ("ids", True),
-    **{name: (_NAT, False) for name in PROOF},
-}
-# Every event of trace v1 (DESIGN 3) and its own fields: (kind, required).
-SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
-    "resident_claim_submitted": _TERMS,
-    "resident_claim_accepted": _TERMS,
-    "resident_claim_rejected": {**_CLAIM, "reason": (_TEXT, True)},
-    "resident_claim_materialized": {
-        **_CLAIM,
-        "leading_blocks": (_PREFIX, True),
-        "checkpoint": ("checkpoint", False),
-    },
-    "resident_claim_demoted": {**_CLAIM, "reason": (_TEXT, False)},
-    "resident_claim_expired": {**_CLAIM, "reason": (_TEXT, False)},
-    "resident_claim_released": {**_CLAIM, "reason": (_TEXT, False)},
-    "resident_claim_harmed": {
-        **_CLAIM,
-        "leading_blocks": (_PREFIX, True),
-        "required_blocks": (_PPREFIX, True),
-    },
-    "resident_claim_lost": {**_CLAIM, "leading_blocks": (_PREFIX, True)},
-    "resident_claim_offloaded": {**_CLAIM, "tier": (_ID, True)},
-    "resident_claim_restore_required": {**_CLAIM, "request_id": (_ID, True)},
-    "resident_claim_restored": {**_CLAIM, "request_id": (_ID, True), "restored_blocks": (_PREFIX, False)},
-    "resident_claim_restoration_failed": {**_CLAIM, "request_id": (_ID, True), "outcome": ("outcome", True)},
-    "resident_claim_checkpoint_restored": {
-        **_CLAIM,
-        "boundary": (_PREFIX, True),
-        "payload_hash": (_ID, True),
-        "value_hash": (_ID, True),
-    },
-    "active_request_admitted": {
-        "request_id": (_ID, True),
-        "active_live_blocks": (_NAT, True),
-        "claim_shared_blocks": (_NAT, False),
-    },
-    "active_request_deferred": _CONFLICT,
-    "active_request_refused": _CONFLICT,
-    "request_reused": {
-        "request_id": (_ID, True),
-        "claim_id": (_ID, True),
-        "cached_blocks": (_PREFIX, True),
-        "predicate_satisfied": (_BOOL, True),
-        "checkpoint": ("checkpoint", False),
-    },
-    "request_finished": {"request_id": (_ID, True), "status": (_TEXT, True)},
-    "block_stored": _BLOCK,
-    "block_removed": _BLOCK,
-    "fault_injected": {"kind": (_ID, True), "claim_id": (_ID, False), "request_id": (_ID, False)},
-    "trace_closed": {"reason": ("close_reason", True)},
-}
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise BadInput(f"duplicate key {key!r}")  # C15
-        result[key] = value
-    return result
-
-
-def _is_int(value: Any) -> bool:
-    return type(value) is int  # not bool, not float (C15)
-
-
-def _valid(kind: str, value: Any) -> bool:
-    if kind == _ID:
-        return type(value) is str and 1 <= len(value) <= 256
-    if kind == _TEXT:
-        return type(value) is str
-    if kind == _NAT:
-        return _is_int(value) and value >= 0
-    if kind == _POS:
-        return _is_int(value) and value >= 1
-    if kind == _BOOL:
-        return type(value) is bool
-    if kind in (_PREFIX, _PPREFIX):
-        return _is_int(value) and (1 if kind == _PPREFIX else 0) <= value <= MAX_PREFIX_BLOCKS
-    if kind == "close_reason":
-        return value in CLOSE_REASONS
-    if kind == "mode":
-        return value in MODES
-    if kind == "outcome":
-        return value in OUTCOMES
-    if kind == "reason":
-        return value in REASONS
-    if kind == "ids":
-        return type(value) is list and all(_valid(_ID, item) for item in value)
-    if kind == "checkpoint":
-        return (
-            type(value) is dict
-            and {"boundary", "payload_hash", "value_hash"} <= set(value)
-            and set(value) <= {"boundary", "payload_hash", "value_hash", "tensors"}
-            and _valid(_PREFIX, value["boundary"])
-            and _valid(_ID, value["payload_hash"])
-            and _valid(_ID, value["value_hash"])
-            and ("tensors" not in value or _valid("tensors", value["tensors"]))
-        )
-    if kind == "tensors":
-        return value is None or (
-            type(value) is list
-            and all(
-                type(item) is dict
-                and set(item) == {"kind", "layer", "shape", "logical_dtype", "storage_dtype", "layout"}
-                and all(
-                    _valid(_ID, item[name])
-                    for name in ("kind", "layer", "logical_dtype", "storage_dtype", "layout")
-                )
-                and type(item["shape"]) is list
-                and all(_valid(_NAT, size) for size in item["shape"])
-                for item in value
-            )
-        )
-    if kind == "predicate":
-        if type(value) is not dict:
-            return False
-        if value.get("kind") == "leading_prefix_at_least":
-            units = [name for name in ("blocks", "tokens") if name in value]
-            return (
-                set(value) <= {"kind", "blocks", "tokens"}
-                and len(units) == 1
-                and _valid(_PPREFIX if units == ["blocks"] else _POS, value[units[0]])
-            )
-        if value.get("kind") == "hybrid_two_key":
-            return (
-                set(value) <= {"kind", "boundary_blocks", "checkpoint_key"}
-                and _valid(_POS, value.get("boundary_blocks"))
-                and ("checkpoint_key" not in value or _valid(_ID, value["checkpoint_key"]))
-            )
-        return False
-    raise AssertionError(kind)
-
-
-def _check_fields(event: dict[str, Any], schema: dict[str, tuple[str, bool]]) -> None:
-    for name, (kind, required) in schema.items():
-        value = event.get(name)
-        if value is None:
-            if required:
-                raise BadInput(f"missing field {name!r}")
-            continue
-        if not _valid(kind, value):
-            raise BadInput(f"field {name!r} has a wrong value {value!r}")
-
-
-def _parse_line(text: bytes) -> dict[str, Any]:
-    try:
-        value = json.loads(text, object_pairs_hook=_no_duplicates)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise BadInput(f"not JSON: {error}") from None
-    if type(value) is not dict:
-        raise BadInput("a line is not a JSON object")
-    return value
-
-
-def parse_header(header: dict[str, Any]) -> tuple[int | None, int | None]:
-    if not _is_int(header.get("kvclaims_trace")) or header["kvclaims_trace"] != 1:
-        raise BadInput("line 1 is not a kvclaims trace v1 header")
-    usable, block_size = header.get("usable_blocks"), header.get("block_size")
-    if usable is not None and not _valid(_NAT, usable):
-        raise BadInput("header usable_blocks is not a non-negative integer")
-    if block_size is not None and not _valid(_POS, block_size):
-        raise BadInput("header block_size is not a positive integer")
-    for name in ("source",):
-        if header.get(name) is not None and type(header[name]) is not str:
-            raise BadInput(f"header {name} is not a string")
-    if header.get("cache_identity") is not None and type(header["cache_identity"]) is not dict:
-        raise BadInput("header cache_identity is not an object")
-    return usable, block_size
+__all__ = [
+    "ACCEPTED",
+    "INCONCLUSIVE",
+    "INVALID",
+    "REJECTED",
+    "BadInput",
+    "Oracle",
+    "Verdict",
+    "Violation",
+    "conclude",
+    "drive",
+    "judge",
+    "parse_event",
+    "parse_header",
+]
 
 
 # --- the interpreter ---------------------------------------------------------------------------
 
 
-class Oracle:
-    """The abstract state of one trace and `step(event)`; `finish()` says what is owed at the end."""
-
-    def __init__(self, usable: int | None, block_size: int | None) -> None:
-        self.pool = usable  # the pool the proofs refer to (C2)
-        self.header_pool = usable
-        self.block_size = block_size
-        self.claims: dict[str, Claim] = {}
-        self.blocks: dict[int, Block] = {}
-        self.requests: dict[str, Request] = {}
-        self.undecided: str | None = None  # why the trace cannot be accepted (inconclusive)
-        self.steps = 0  # events that are model steps (everything but fault_injected)
-
-    # -- cloning and the abstract state (for the exhaustive search) --
-
-    def clone(self) -> Oracle:
-        other = Oracle.__new__(Oracle)
-        other.pool, other.header_pool, other.block_size = self.pool, self.header_pool, self.block_size
-        other.claims = {k: c.copy() for k, c in self.claims.items()}
-        other.blocks = {k: Block(b.block_hash, set(b.holders)) for k, b in self.blocks.items()}
-        other.requests = {k: r.copy() for k, r in self.requests.items()}
-        other.undecided, other.steps = self.undecided, self.steps
-        return other
-
-    def key(self) -> tuple[Any, ...]:
-        return (
-            self.pool,
-            tuple(c.key() for _, c in sorted(self.claims.items())),
-            tuple((k, b.block_hash, tuple(sorted(b.holders))) for k, b in sorted(self.blocks.items())),
-            tuple((k, r.key()) for k, r in sorted(self.requests.items())),
-            self.undecided,
-            self.steps > 0,
-        )
-
-    # -- helpers --
-
-    def _undecidable(self, why: str) -> None:
-        if self.undecided is None:
-            self.undecided = why
-
-    def _accepted_claim(self, claim_id: str) -> Claim:
-        """Rule 1: every claim event names a claim accepted earlier in the trace."""
-        claim = self.claims.get(claim_id)
-        if claim is None or claim.phase in ("submitted", "rejected"):
-            state = "never submitted" if claim is None else claim.phase
-            raise Violation(IDENTITY, f"{claim_id} was never accepted ({state})")
-        return claim
-
-    def _subject(self, event: dict[str, Any]) -> Claim:
-        """The accepted claim a claim event is about, owing nothing that must come first."""
-        claim = self._accepted_claim(event["claim_id"])
-        self._named(claim, event["event"])
-        return claim
-
-    def _named(self, claim: Claim, event: str) -> None:
-        """C5/C6: a claim that owes harm (or a two-key failure) must report it before anything
-        else names it (DESIGN rule 6, seed 002)."""
-        self._confirmed(claim)
-        if claim.owes_harm and event != "resident_claim_harmed":
-            raise Violation(
-                NO_SILENT_HARM, f"{claim.claim_id} fell below its predicate; harm must come first"
-            )
-        if claim.mismatch and event not in ("resident_claim_restoration_failed", "resident_claim_harmed"):
-            raise Violation(
-                TWO_KEY, f"{claim.claim_id}: checkpoint mismatch must end in a restoration failure"
-            )
-
-    @staticmethod
-    def _confirmed(claim: Claim) -> None:
-        """C5: a materialized report its blocks had not shown must be confirmed by now."""
-        if claim.unconfirmed:
-            raise Violation(LIFECYCLE, f"{claim.claim_id}: materialized report never confirmed by its blocks")
-
-    def _request(self, request_id: str) -> Request | None:
-        return self.requests.get(request_id)
-
-    def _reserving(self) -> list[Claim]:
-        return [c for c in self.claims.values() if c.mode in PRESERVING and c.on_device()]
-
-    @staticmethod
-    def _held(claims: list[Claim], predicate_only: bool = False) -> int:
-        """C1: distinct device blocks the claims hold (a block shared by two claims once; an
-        assumed position, in a block the trace never named, as its own block); with
-        `predicate_only`, only the blocks of the leading positions their predicates need (what
-        victim exclusion protects: a block past the predicate may be evicted without harm)."""
-        block_ids: set[int] = set()
-        assumed = 0
-        for claim in claims:
-            upto = claim.required if predicate_only and claim.required is not None else claim.footprint
-            for position, held in claim.positions.items():
-                if position < upto:
-                    block_ids.update(held)
-            top = min(claim.assumed, upto)
-            hidden = sum(1 for p in claim.gone if p < top) + sum(1 for p in claim.positions if p < top)
-            assumed += top - hidden
-        return len(block_ids) + assumed
-
-    def _end_responsibility(self, claim: Claim, phase: str) -> None:
-        """Demotion, expiry, release, harm: later loss is not harm; pending restores are
-        cancelled so their requests may finish (C11, class 12)."""
-        claim.phase = phase
-        claim.pending.clear()
-        claim.kv_back = claim.value_back = claim.in_place = False
-        claim.owes_harm = False
-        claim.mismatch = False
-
-    def _after_blocks_changed(self, claim: Claim, before: bool) -> None:
-        """C5: the predicate shown to hold by blocks, or fallen below it."""
-        now = claim.holds()
-        if claim.unconfirmed and claim.leading() >= claim.unconfirmed:
-            claim.unconfirmed = 0
-        if claim.on_device() and now:
-            claim.held = True
-        if before and not now and claim.mode in PRESERVING and claim.on_device() and claim.held:
-            claim.owes_harm = True  # seed 001 table 4: loss of an accepted preserving claim is harm
-
-    def _take_position(self, claim_id: str, position: int, block_id: int) -> None:
-        claim = self.claims.get(claim_id)
-        if claim is None or block_id not in claim.positions.get(position, ()):
-            return
-        claim.positions[position].discard(block_id)
-        if not claim.positions[position]:  # C4: a position stays while any block holds it
-            self._lose_position(claim, position)
-
-    def _lose_position(self, claim: Claim, position: int) -> None:
-        before = claim.holds()
-        claim.positions.pop(position, None)
-        if position < claim.assumed:
-            claim.gone.add(position)
-        self._after_blocks_changed(claim, before)
-
-    def _expiry_clock(self, claim: Claim, event: dict[str, Any]) -> None:
-        """C3: expiry before duration_steps / duration_ms have passed is a violation (class 2)."""
-        for promised, start, field_name, per_unit, unit in (
-            (claim.duration, claim.accepted_step, "engine_step", 1, "steps"),
-            (claim.duration_ms, claim.accepted_ns, "t_ns", 1_000_000, "ms"),
-        ):
-            if promised is None:
-                continue
-            now = event.get(field_name)
-            if start is None or not _is_int(now):
-                self._undecidable(f"{claim.claim_id}: expiry of a {promised} {unit} claim, no {field_name}")
-            elif now - start < promised * per_unit:
-                raise Violation(
-                    DURATION,
-                    f"{claim.claim_id} expired {(now - start) / per_unit:g} {unit} after its clock "
-                    f"started; it promised {promised}",
-                )
-
-    @staticmethod
-    def _hit_restarts_clocks(claim: Claim, event: dict[str, Any]) -> None:
-        """C3: refresh on hit moves each clock's start to the hit, never backwards."""
-        if not claim.refresh_on_hit:
-            return
-        claim.accepted_step = _restarted(claim.accepted_step, event.get("engine_step"))
-        claim.accepted_ns = _restarted(claim.accepted_ns, event.get("t_ns"))
-
-    # -- the step function --
-
-    def step(self, event: dict[str, Any]) -> None:
-        name = event["event"]
-        if name not in ("fault_injected", "trace_closed"):
-            self.steps += 1
-        getattr(self, "_" + name)(event)
-
-    def finish(self) -> None:
-        """What the trace still owes when it ends."""
-        for claim in self.claims.values():
-            self._confirmed(claim)
-            if claim.owes_harm:  # rule 6
-                raise Violation(
-                    NO_SILENT_HARM, f"{claim.claim_id} fell below its predicate; no harm reported"
-                )
-            if claim.mismatch:  # rule 7
-                raise Violation(TWO_KEY, f"{claim.claim_id}: checkpoint mismatch never ended in a failure")
-        for request_id, request in self.requests.items():
-            if request.owes_refusal is not None:  # rule 4 / seed 000 path B
-                raise Violation(ATTRIBUTION, f"{request_id} owes a refusal naming {request.owes_refusal}")
+class Oracle(RequestsAndBlocks):
+    """The abstract state of one trace and `step(event)`; `finish()` says what is owed at the end.
+    Claim events are decided here, request and block events in kvclaims.oracle.traffic."""
 
     # claim decisions (rule 1, class 6)
 
@@ -723,14 +217,33 @@ class Oracle:
                 IDENTITY, f"{claim_id} accepted twice (duplicate ownership) or after {claim.phase}"
             )
         terms = self._terms(event)
+        if claim is not None and claim.terms[:2] != terms[:2]:
+            raise Violation(IDENTITY, f"{claim_id}: accepted for another owner or object")
         if claim is not None and claim.terms != terms:  # C7, class 6
-            raise Violation(IDENTITY, f"{claim_id}: accepted terms differ from the submitted ones")
+            raise Violation(TERMS, f"{claim_id}: accepted terms differ from the submitted ones")
+        self._accept(claim_id, terms, event)
+
+    def _accept(self, claim_id: str, terms: tuple[Any, ...], event: dict[str, Any]) -> None:
         claim = Claim(claim_id, "accepted", terms)
         self._set_terms(claim, event)
         step, now = event.get("engine_step"), event.get("t_ns")
         claim.accepted_step = step if _is_int(step) else None
         claim.accepted_ns = now if _is_int(now) else None
         self.claims[claim_id] = claim
+
+    def _resident_claim_conditionally_accepted(self, event: dict[str, Any]) -> None:
+        """C7: other terms than the submitted ones, for the same owner and object; the new terms
+        bind from here. Only a submitted claim can be accepted on changed terms."""
+        claim_id = event["claim_id"]
+        claim = self.claims.get(claim_id)
+        if claim is None:
+            raise Violation(TERMS, f"{claim_id} conditionally accepted, never submitted")
+        if claim.phase != "submitted":
+            raise Violation(IDENTITY, f"{claim_id} accepted twice or after {claim.phase}")
+        terms = self._terms(event)
+        if terms[:2] != claim.terms[:2]:
+            raise Violation(IDENTITY, f"{claim_id}: accepted for another owner or object")
+        self._accept(claim_id, terms, event)
 
     def _resident_claim_rejected(self, event: dict[str, Any]) -> None:
         claim_id = event["claim_id"]
@@ -902,6 +415,8 @@ class Oracle:
         claim = self._subject(event)
         if not claim.two_key or claim.phase != "restoring":
             raise Violation(TWO_KEY, f"checkpoint restore of {claim.claim_id} while {claim.phase}")
+        if not claim.kv_back:  # trace-format.md: the KV blocks are restored before the checkpoint
+            raise Violation(TWO_KEY, f"{claim.claim_id}: checkpoint restored before its KV blocks")
         recorded = claim.checkpoint
         if recorded is None or (event["boundary"], event["value_hash"]) != recorded:
             claim.mismatch = True  # seed 002: only value_hash equality is state identity
@@ -938,271 +453,8 @@ class Oracle:
         else:
             self._end_responsibility(claim, "harmed")
 
-    # requests (rules 3 and 4, classes 1, 11, 14)
-
-    def _reuse_request(self, request_id: str) -> Request:
-        """A request that reuses a claim: absent or admitted (C12)."""
-        request = self._request(request_id)
-        if request is None:
-            request = self.requests[request_id] = Request("admitted")
-        elif request.phase == "finished":
-            raise Violation(IDENTITY, f"{request_id} already finished")
-        elif request.phase not in ("admitted", "deferred"):  # C12: deferred, then served from cache
-            raise Violation(LIFECYCLE, f"{request_id} reuses a claim while {request.phase}")
-        request.phase = "admitted"
-        return request
-
-    def _active_request_admitted(self, event: dict[str, Any]) -> None:
-        request_id = event["request_id"]
-        request = self._request(request_id)
-        if request is not None and request.phase == "finished":
-            raise Violation(IDENTITY, f"{request_id} already finished")
-        if request is not None and request.phase != "deferred":
-            raise Violation(LIFECYCLE, f"admission of {request_id} while {request.phase}")
-        if request is None:
-            request = self.requests[request_id] = Request("admitted")
-        request.phase = "admitted"
-        reserved = self._held([c for c in self._reserving() if c.held], predicate_only=True)  # C1
-        live = event["active_live_blocks"]
-        shared = event.get("claim_shared_blocks")
-        if shared is not None and (shared > live or shared > reserved):
-            raise Violation(
-                CAPACITY, f"claim_shared_blocks {shared} exceeds the live or the claim-held blocks"
-            )
-        if shared is None:
-            shared = min(live, reserved)  # C1: unknown sharing, read as the most possible
-        if self.pool is None:
-            if reserved:
-                self._undecidable("an admission beside reserved claims in a pool of unknown size")
-        elif reserved + live - shared > self.pool:  # C1, seed 001 s. 3.4
-            raise Violation(
-                CAPACITY, f"pool overcommitted: {reserved} reserved + {live - shared} live > {self.pool}"
-            )
-
-    def _active_request_deferred(self, event: dict[str, Any]) -> None:
-        self._conflict(event, refusal=False)
-
-    def _active_request_refused(self, event: dict[str, Any]) -> None:
-        self._conflict(event, refusal=True)
-
-    def _conflict(self, event: dict[str, Any], *, refusal: bool) -> None:
-        request_id, reason, blocking = event["request_id"], event["reason"], event["blocking_claim_ids"]
-        numbers = [event.get(name) for name in PROOF]
-        if reason == "capacity" and None in numbers:  # rule 3
-            raise Violation(CAPACITY, "a capacity conflict without its capacity proof")
-        if None not in numbers:
-            protected, active, total, usable, shortfall = numbers
-            if total != protected + active or shortfall != max(0, total - usable):
-                raise Violation(CAPACITY, "capacity proof arithmetic does not add up")
-            if self.pool is not None and usable != self.pool:  # C2: the pool's usable_blocks
-                raise Violation(CAPACITY, f"proof's usable_blocks {usable} is not the pool's {self.pool}")
-            if reason == "capacity" and shortfall <= 0:
-                raise Violation(CAPACITY, "a capacity conflict needs a positive shortfall")
-        if not blocking:  # rule 4
-            raise Violation(ATTRIBUTION, "no blocking claim named")
-        if len(set(blocking)) != len(blocking):
-            raise Violation(ATTRIBUTION, "a blocking claim named twice")
-        request = self._request(request_id)
-        if request is not None and request.phase == "finished":
-            rule = ATTRIBUTION if reason == "restoration_failed" else IDENTITY
-            raise Violation(rule, f"{request_id} already finished")
-        claims = []
-        for claim_id in blocking:
-            claim = self._accepted_claim(claim_id)
-            self._named(claim, event["event"])
-            claims.append(claim)
-        if reason == "restoration_failed":  # rule 4, seed 000 path B, C10
-            if request is not None and request.owes_refusal is not None:
-                failed = request.owes_refusal
-            elif request is not None and len(blocking) == 1 and blocking[0] in request.discharged:
-                failed = blocking[0]  # a refusal after a restoration-failure deferral
-            else:
-                raise Violation(
-                    ATTRIBUTION, "no claim's restoration failed (outcome refusal) for this request"
-                )
-            if list(blocking) != [failed]:
-                raise Violation(ATTRIBUTION, f"a restoration refusal must name exactly {failed}")
-            if request.phase not in ("admitted", "deferred"):
-                raise Violation(LIFECYCLE, f"{request_id} refused or deferred while {request.phase}")
-            request.discharged.add(failed)
-            request.owes_refusal = None
-            request.phase = "refused" if refusal else "deferred"
-            return
-        # a capacity conflict: the blocking claims reserve now (C13), the proof matches (C2)
-        for claim in claims:
-            if claim.mode not in PRESERVING:
-                raise Violation(ATTRIBUTION, f"{claim.claim_id} carries no preservation obligation")
-            if not claim.on_device():
-                raise Violation(ATTRIBUTION, f"{claim.claim_id} reserves nothing while {claim.phase}")
-        protected = numbers[0]
-        if protected < self._held(claims):
-            raise Violation(CAPACITY, "protected_resident_blocks leaves out blocks the blocking claims hold")
-        if protected > sum(c.footprint for c in self._reserving()) or protected > numbers[3]:
-            raise Violation(CAPACITY, "protected_resident_blocks exceeds what the claims reserve or the pool")
-        if self.pool is None:
-            self.pool = numbers[3]
-        phase = request.phase if request is not None else None
-        allowed = ("admitted", "deferred", None) if not refusal else ("deferred", None)
-        if phase not in allowed:
-            raise Violation(
-                LIFECYCLE, f"capacity {'refusal' if refusal else 'deferral'} of {request_id} while {phase}"
-            )
-        if request is None:
-            request = self.requests[request_id] = Request("deferred")
-        request.phase = "refused" if refusal else "deferred"
-
-    def _request_reused(self, event: dict[str, Any]) -> None:
-        claim = self._subject(event)
-        request_id = event["request_id"]
-        request = self._request(request_id)
-        if event["predicate_satisfied"]:
-            if request is not None and claim.claim_id in request.failed:  # rule 5
-                raise Violation(
-                    OFFLOAD_ORDER, "a satisfied reuse after its restoration failed (fallback recompute)"
-                )
-            if claim.phase in ("offloaded", "restoring"):  # rule 5: restore before reuse
-                raise Violation(OFFLOAD_ORDER, f"satisfied reuse of {claim.claim_id} before it was restored")
-            shown = claim.phase == "accepted" and claim.tracked and claim.holds()  # class 4
-            if claim.phase not in ("materialized", *SETTLED) and not shown:
-                raise Violation(LIFECYCLE, f"satisfied reuse of {claim.claim_id} while {claim.phase}")
-            if claim.required is not None and event["cached_blocks"] < claim.required:
-                raise Violation(
-                    LIFECYCLE, "satisfied reuse with fewer cached blocks than the predicate needs"
-                )
-            if claim.phase == "materialized" and claim.tracked and not claim.holds():  # C8
-                raise Violation(LIFECYCLE, f"satisfied reuse of {claim.claim_id} while its blocks fail it")
-            resumed = event.get("checkpoint")
-            if claim.two_key and resumed is not None:  # rule 7, resumed in place
-                if claim.checkpoint != (resumed["boundary"], resumed["value_hash"]):
-                    raise Violation(
-                        TWO_KEY, f"satisfied in-place resume of {claim.claim_id} with another value"
-                    )
-            if request_id in claim.restored_for:  # C6: the restore for this request is confirmed
-                claim.restored_for.discard(request_id)
-                if claim.required is not None and not claim.holds():
-                    raise Violation(
-                        OFFLOAD_ORDER,
-                        f"satisfied reuse after a restore of {claim.claim_id} nothing confirmed",
-                    )
-            self._hit_restarts_clocks(claim, event)
-        self._reuse_request(request_id)
-
-    def _request_finished(self, event: dict[str, Any]) -> None:
-        request_id = event["request_id"]
-        request = self._request(request_id)
-        if request is None:  # C12: a client abort before the request reached the pool
-            self.requests[request_id] = Request("finished")
-            return
-        if request.phase == "finished":
-            raise Violation(IDENTITY, f"{request_id} already finished")
-        if request.owes_refusal is not None:  # rule 4
-            raise Violation(ATTRIBUTION, f"{request_id} finished before its fail-closed refusal")
-        for claim in self.claims.values():
-            if request_id in claim.pending:  # rule 5: served without restoration
-                raise Violation(
-                    OFFLOAD_ORDER, f"{request_id} finished with the restore of {claim.claim_id} pending"
-                )
-        request.phase = "finished"
-
-    # blocks (classes 3, 4, 7; rule 6)
-
-    def _block_claim(self, event: dict[str, Any]) -> Claim | None:
-        """The claim a block event names and tracks, if any (C4)."""
-        claim_id = event.get("claim_id")
-        if claim_id is None:
-            return None
-        claim = self.claims.get(claim_id)
-        if claim is None:
-            raise Violation(IDENTITY, f"block event names {claim_id}, never submitted (post-hoc naming)")
-        if claim.phase in ("submitted", "rejected"):
-            return None
-        position = event.get("position")
-        if position is not None and position >= claim.footprint:
-            raise Violation(IDENTITY, f"position {position} outside {claim_id}'s footprint")
-        if claim.phase in RETIRED:  # C4: a retired claim's blocks are ordinary cache entries
-            return None
-        return claim if position is not None else None
-
-    def _block_stored(self, event: dict[str, Any]) -> None:
-        if event.get("cache_level") is not None and event["cache_level"].lower() not in DEVICE_TIERS:
-            self._block_claim(event)
-            return
-        claim = self._block_claim(event)
-        block_id, block_hash = event["block_id"], event["block_hash"]
-        block = self.blocks.get(block_id)
-        if block is not None and block.block_hash != block_hash:  # C4: new content in a held id
-            self._remove_block(block_id)
-            block = None
-        if block is None:
-            block = self.blocks[block_id] = Block(block_hash)
-        if claim is None:
-            return
-        position = event["position"]
-        claim.tracked = True
-        before = claim.holds()
-        claim.positions.setdefault(position, set()).add(block_id)
-        claim.gone.discard(position)
-        block.holders.add((claim.claim_id, position))
-        self._after_blocks_changed(claim, before)
-
-    def _remove_block(self, block_id: int) -> None:
-        """The block leaves the device: every holder loses its position (C4)."""
-        block = self.blocks.pop(block_id)
-        for claim_id, position in sorted(block.holders):
-            self._take_position(claim_id, position, block_id)
-
-    def _block_removed(self, event: dict[str, Any]) -> None:
-        if event.get("cache_level") is not None and event["cache_level"].lower() not in DEVICE_TIERS:
-            self._block_claim(event)
-            return
-        claim = self._block_claim(event)
-        block_id = event["block_id"]
-        block = self.blocks.get(block_id)
-        if block is not None:
-            if block.block_hash != event["block_hash"]:
-                raise Violation(
-                    IDENTITY, f"block {block_id} removed with another hash than it was stored with"
-                )
-            if claim is not None and (claim.claim_id, event["position"]) not in block.holders:
-                raise Violation(
-                    IDENTITY, f"block {block_id} was not stored for {claim.claim_id}@{event['position']}"
-                )
-            self._remove_block(block_id)
-            return
-        if claim is not None:  # a block the trace never stored, named for a claim's position
-            claim.tracked = True
-            position = event["position"]
-            if position in claim.positions:
-                raise Violation(IDENTITY, f"{claim.claim_id}@{position} is stored in another block")
-            if claim.present(position):  # one of the positions it reported materialized
-                self._lose_position(claim, position)
-
-    def _fault_injected(self, event: dict[str, Any]) -> None:
-        """Context for a counterexample, not a model step."""
-
-    def _trace_closed(self, event: dict[str, Any]) -> None:
-        """The writer ended the trace cleanly (`drive` checks that nothing follows)."""
-
 
 # --- driving ------------------------------------------------------------------------------------
-
-
-def parse_event(line: bytes, previous_seq: int | None) -> dict[str, Any]:
-    """One event line, validated (C15); an unknown event type comes back with `unknown` set."""
-    event = _parse_line(line)
-    seq, name = event.get("seq"), event.get("event")
-    if not _valid(_NAT, seq):
-        raise BadInput("seq is not a non-negative integer")
-    if previous_seq is not None and seq <= previous_seq:
-        raise BadInput("seq does not strictly increase")
-    if type(name) is not str:
-        raise BadInput("event is not a string")
-    if event.get("t_ns") is not None and not _valid(_NAT, event["t_ns"]):
-        raise BadInput("t_ns is not a non-negative integer")
-    schema = SCHEMA.get(name)
-    if schema is not None:
-        _check_fields(event, schema)
-    return event
 
 
 def judge(data: bytes) -> Verdict:
@@ -1278,10 +530,3 @@ def conclude(oracle: Oracle, unknown_line: int | None = None) -> Verdict:
     if oracle.steps == 0:
         return Verdict(INCONCLUSIVE, message="no model step")
     return Verdict(ACCEPTED)
-
-
-def _restarted(start: int | None, hit: Any) -> int | None:
-    """C3: a clock restarted by a hit: unknown if the hit has no clock value, else never earlier."""
-    if not _is_int(hit):
-        return None
-    return hit if start is None else max(start, hit)

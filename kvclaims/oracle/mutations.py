@@ -29,7 +29,6 @@ from kvclaims.oracle.exhaustive import (
     refinement_checker_unshrunk,
 )
 from kvclaims.oracle.interpreter import (
-    MODES,
     BadInput,
     Oracle,
     Verdict,
@@ -38,6 +37,7 @@ from kvclaims.oracle.interpreter import (
     parse_event,
     parse_header,
 )
+from kvclaims.oracle.state import MODES
 
 History = tuple[dict[str, Any], list[dict[str, Any]]]
 

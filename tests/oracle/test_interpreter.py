@@ -164,14 +164,16 @@ def test_class_5_a_matching_checkpoint_alone_does_not_restore_a_two_key_claim() 
         {**materialized("A", 1), "checkpoint": checkpoint},
         {"event": "resident_claim_offloaded", "claim_id": "A", "tier": "cpu"},
         {"event": "resident_claim_restore_required", "claim_id": "A", "request_id": "r1"},
-        {"event": "resident_claim_checkpoint_restored", "claim_id": "A", **checkpoint},
     )
+    value_side = {"event": "resident_claim_checkpoint_restored", "claim_id": "A", **checkpoint}
     kv_side = {"event": "resident_claim_restored", "claim_id": "A", "request_id": "r1", "restored_blocks": 1}
-    assert judge(ndjson(*prefix, REUSE)).rule == "offload_order"
-    assert judge(ndjson(*prefix, kv_side, REUSE)).outcome == ACCEPTED
+    assert judge(ndjson(*prefix, kv_side, REUSE)).rule == "offload_order"
+    assert judge(ndjson(*prefix, kv_side, value_side, REUSE)).outcome == ACCEPTED
+    # trace-format.md: the KV blocks are restored before the checkpoint
+    assert judge(ndjson(*prefix, value_side, kv_side, REUSE)).rule == "hybrid_two_key"
     # class 5: with no block events, only restored_blocks confirms the KV side for the reuse
     unconfirmed = {key: value for key, value in kv_side.items() if key != "restored_blocks"}
-    assert judge(ndjson(*prefix, unconfirmed, REUSE)).rule == "offload_order"
+    assert judge(ndjson(*prefix, unconfirmed, value_side, REUSE)).rule == "offload_order"
 
 
 def test_generated_valid_histories_are_accepted() -> None:
@@ -292,3 +294,53 @@ def test_an_unclosed_trace_is_truncated_and_a_line_after_the_close_is_invalid() 
     assert judge(header + finish).outcome == INCONCLUSIVE
     after = b'{"seq": 3, "event": "request_finished", "request_id": "q", "status": "s"}\n'
     assert judge(header + finish + closed + after).outcome == INVALID
+
+
+def _submitted(claim_id: str, mode: str, footprint: int, blocks: int, **extra) -> dict:
+    return {**accepted(claim_id, mode, footprint, blocks, **extra), "event": "resident_claim_submitted"}
+
+
+def _conditionally(claim_id: str, mode: str, footprint: int, blocks: int, **extra) -> dict:
+    return {
+        **accepted(claim_id, mode, footprint, blocks, **extra),
+        "event": "resident_claim_conditionally_accepted",
+    }
+
+
+def test_changed_terms_bind_only_through_a_conditional_acceptance_of_a_submission() -> None:
+    asked = _submitted("A", "hard_protected", 2, 2)
+    assert judge(ndjson(asked, accepted("A", "hard_protected", 2, 2))).outcome == ACCEPTED
+    assert judge(ndjson(asked, accepted("A", "best_effort", 2, 2))).rule == "terms"
+    assert judge(ndjson(asked, _conditionally("A", "best_effort", 2, 2, reason="full"))).outcome == ACCEPTED
+    assert judge(ndjson(_conditionally("A", "best_effort", 2, 2))).rule == "terms"  # never submitted
+    other_owner = {**_conditionally("A", "best_effort", 2, 2), "owner_scope": "o2"}
+    assert judge(ndjson(asked, other_owner)).rule == "identity"
+    # the changed terms are the ones judged: a best_effort claim's loss is not harm
+    lost = {"event": "resident_claim_lost", "claim_id": "A", "leading_blocks": 0}
+    changed = _conditionally("A", "best_effort", 2, 2)
+    assert judge(ndjson(asked, changed, materialized("A", 2), lost)).outcome == ACCEPTED
+    assert judge(ndjson(asked, accepted("A", "hard_protected", 2, 2), materialized("A", 2), lost)).rule == (
+        "no_silent_harm"
+    )
+
+
+def test_the_step_clock_is_an_integer_on_every_event() -> None:
+    finish = {"event": "request_finished", "request_id": "r1", "status": "finished"}
+    assert judge(ndjson({**finish, "engine_step": 3})).outcome == ACCEPTED
+    for wrong in ("3", 1.5, True, -1):
+        assert judge(ndjson({**finish, "engine_step": wrong})).outcome == INVALID
+
+
+def test_a_block_outside_the_footprint_of_a_submitted_claim_is_an_identity_violation() -> None:
+    def stored(position: int) -> dict:
+        return {
+            "event": "block_stored",
+            "block_id": 0,
+            "block_hash": "h",
+            "claim_id": "A",
+            "position": position,
+        }
+
+    asked = _submitted("A", "hard_protected", 2, 2)
+    assert judge(ndjson(asked, stored(1))).outcome == ACCEPTED
+    assert judge(ndjson(asked, stored(2))).rule == "identity"

@@ -4,7 +4,8 @@ Bases are histories both accept: `generate_valid_trace` and the MicroRuntime run
 generated workload (and, with vLLM installed, the scheduler lane's scenarios). Each example
 applies one mutation (drop, duplicate, reorder, change a number, id, hash, mode or owner,
 insert an event); the two verdicts must agree.
-CI profile: derandomized and bounded. The long profile is `bench/oracle_mutations.py`.
+CI profile: bounded, seeded per commit (kvclaims.lab.fuzz_settings). The long profile is
+`bench/oracle_mutations.py`.
 """
 
 from __future__ import annotations
