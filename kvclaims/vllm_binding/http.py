@@ -20,7 +20,8 @@ passes through untouched (vLLM answers it; with `typed_metadata` its claim is re
 On the way back (`OutcomeResponse`), every completion and chat completion response, streamed
 or not, whatever its finish reason, gets the engine's claim outcome (`outcome.parse_note`) out
 of the choice's `stop_reason`: vLLM's own stop reason is put back, each choice and the response
-gain a `kvclaims` object (`schemas/kvclaims-response.schema.json`) and the header
+gain a `kvclaims` object (the OpenAPI component `KvclaimsOutcome` that the server's
+`/openapi.json` gains) and the header
 `x-kvclaims-claim: <outcome>; subject="..."`. A stream's header is sent with its first event:
 it names the outcome when that event already has it (a refusal), else `pending`; the final
 chunk then carries the `kvclaims` object. A request the binding refused is answered with an
@@ -43,7 +44,14 @@ from kvclaims.vllm_binding.metadata import (
     parse_claim_metadata,
     raw_type_problem,
 )
-from kvclaims.vllm_binding.outcome import REFUSAL_STATUS, RETRY_AFTER_S, RETRYABLE, Outcome, parse_note
+from kvclaims.vllm_binding.outcome import (
+    OPENAPI_SCHEMA,
+    REFUSAL_STATUS,
+    RETRY_AFTER_S,
+    RETRYABLE,
+    Outcome,
+    parse_note,
+)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -103,6 +111,9 @@ class ClaimMetadataMiddleware:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("method") == "GET" and scope.get("path") == "/openapi.json":
+            await self.app(scope, receive, OpenApiWithOutcome(send))
+            return
         if scope["type"] != "http" or scope.get("method") != "POST":
             await self.app(scope, receive, send)
             return
@@ -139,6 +150,39 @@ def misplaced_claim_keys(body: bytes) -> list[str]:
 def _misplaced_error(keys: list[str]) -> dict[str, Any]:
     message = f"claim keys go inside vllm_xargs, not at the top level of the body: {', '.join(keys)}"
     return {"error": {"message": message, "type": "invalid_request_error", "param": keys[0], "code": 400}}
+
+
+class OpenApiWithOutcome:
+    """A `send` that adds the `KvclaimsOutcome` component to vLLM's OpenAPI document."""
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.start: Message | None = None
+        self.chunks: list[bytes] = []
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start" and message.get("status") == 200:
+            self.start = message
+            return
+        if message["type"] != "http.response.body" or self.start is None:
+            await self.send(message)
+            return
+        self.chunks.append(message.get("body", b""))
+        if message.get("more_body", False):
+            return
+        body = b"".join(self.chunks)
+        try:
+            document = json.loads(body)
+        except ValueError:
+            document = None
+        if isinstance(document, dict):
+            components = document.setdefault("components", {})
+            components.setdefault("schemas", {})["KvclaimsOutcome"] = OPENAPI_SCHEMA
+            body = json.dumps(document).encode()
+        headers = [(k, v) for k, v in self.start.get("headers", []) if k.lower() != b"content-length"]
+        headers.append((b"content-length", str(len(body)).encode()))
+        await self.send({**self.start, "headers": headers})
+        await self.send({"type": "http.response.body", "body": body})
 
 
 class OutcomeResponse:

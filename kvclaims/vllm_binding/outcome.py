@@ -80,7 +80,7 @@ class Outcome:
         return self.detail.split(":", 1)[0]
 
     def body(self) -> dict[str, Any]:
-        """The `kvclaims` object a response carries (`schemas/kvclaims-response.schema.json`)."""
+        """The `kvclaims` object a response carries (`OPENAPI_SCHEMA`)."""
         found: dict[str, Any] = {"outcome": self.outcome}
         if self.outcome == "refused":
             reason, _, rest = self.detail.partition(":")
@@ -124,3 +124,48 @@ def parse_note(stop_reason: object) -> Outcome | None:
 
 def _quoted(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("\r", " ").replace("\n", " ")
+
+
+OUTCOMES = (
+    "claim_accepted",
+    "claim_attached",
+    "claim_released",
+    "claim_demoted",
+    "claim_rejected",
+    "refused",
+    "load_failed",
+)
+"""The outcomes a response can name (the trace's words)."""
+
+PROOF_FIELDS = (
+    "protected_resident_blocks",
+    "active_live_blocks_required",
+    "resident_plus_active_blocks",
+    "usable_blocks",
+    "capacity_shortfall_blocks",
+)
+
+OPENAPI_SCHEMA: dict[str, Any] = {
+    "title": "KvclaimsOutcome",
+    "description": (
+        "What happened to the request's claim operation (also in the x-kvclaims-claim header; "
+        "on a stream, in the final chunk). A refusal is an HTTP 429 (capacity) or 503 whose body "
+        "is {error, kvclaims}."
+    ),
+    "type": "object",
+    "required": ["outcome"],
+    "properties": {
+        "outcome": {"type": "string", "enum": list(OUTCOMES)},
+        "claim_id": {"type": ["string", "null"]},
+        "reason": {"type": "string"},
+        "detail": {"type": "string"},
+        "own_blocking_claim_ids": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "the requesting owner's own claims that blocked it (at most 8)",
+        },
+        "other_blocking_claims": {"type": "integer", "description": "how many other claims blocked it"},
+        **{name: {"type": "integer", "minimum": 0} for name in PROOF_FIELDS},
+    },
+}
+"""The `kvclaims` object, as the OpenAPI component `/openapi.json` gains."""

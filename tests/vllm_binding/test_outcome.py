@@ -213,3 +213,40 @@ def test_a_note_round_trips_vllms_own_stop_reason() -> None:
         parsed = parse_note(note_with_stop("kvclaims:claim_accepted:c", stop))
         assert parsed is not None and parsed.stop_reason == stop and parsed.outcome == "claim_accepted"
     assert parse_note(7) is None and parse_note("END") is None
+
+
+def test_openapi_gains_the_outcome_component_and_every_outcome_fits_it() -> None:
+    import jsonschema
+
+    from kvclaims.vllm_binding.outcome import OPENAPI_SCHEMA
+
+    document = {"openapi": "3.1.0", "paths": {}}
+    sent: list[dict[str, Any]] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": json.dumps(document).encode()})
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b""}
+
+    scope = {"type": "http", "method": "GET", "path": "/openapi.json", "headers": []}
+    asyncio.run(ClaimMetadataMiddleware(app)(scope, receive, send))
+    served = json.loads(sent[1]["body"])
+    assert (
+        served["components"]["schemas"]["KvclaimsOutcome"]["properties"]["outcome"]["enum"][0]
+        == "claim_accepted"
+    )
+    notes = [
+        REFUSAL,
+        "kvclaims:claim_accepted:c",
+        "kvclaims:claim_rejected:-:why",
+        "kvclaims:load_failed:3 attempts",
+    ]
+    for note in notes:
+        parsed = parse_note(note)
+        assert parsed is not None
+        jsonschema.validate(parsed.body(), OPENAPI_SCHEMA)
