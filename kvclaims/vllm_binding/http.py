@@ -12,10 +12,11 @@ with `BindingConfig.typed_metadata`, one without a marker (a request that bypass
 boundary). Duplicate keys inside `vllm_xargs` are a type problem too (which one would count?).
 
 When the boundary already knows the claim operation is rejected, the response carries the
-header `x-kvclaims-claim: rejected; reason="..."` (OpenAI clients ignore unknown headers);
-otherwise the engine's decision reaches the caller in the choice's `stop_reason` (see
-docs/vllm-binding.md). A body larger than `MAX_BODY_BYTES`, or one that is not a JSON object,
-passes through untouched (vLLM answers it; with `typed_metadata` its claim is refused).
+header `x-kvclaims-claim: claim_rejected; subject="<reason>"` (OpenAI clients ignore unknown
+headers); otherwise the engine's decision arrives in the choice's `stop_reason` and is moved
+out on the way back (below; see docs/vllm-binding.md). A body larger than `MAX_BODY_BYTES`, or
+one that is not a JSON object, passes through untouched (vLLM answers it; with
+`typed_metadata` its claim is refused).
 
 On the way back (`OutcomeResponse`), every completion and chat completion response, streamed
 or not, whatever its finish reason, gets the engine's claim outcome (`outcome.parse_note`) out
@@ -51,6 +52,7 @@ from kvclaims.vllm_binding.outcome import (
     RETRYABLE,
     Outcome,
     parse_note,
+    quoted,
 )
 
 Scope = MutableMapping[str, Any]
@@ -394,7 +396,7 @@ def _replay(body: bytes, unread: bool, early: Message | None, receive: Receive) 
 def _with_header(send: Send, rejection: str | None) -> Send:
     if rejection is None:
         return send
-    value = f'rejected; reason="{_quoted(rejection)}"'.encode("ascii", "replace")
+    value = f'claim_rejected; subject="{quoted(rejection)}"'.encode("ascii", "replace")
 
     async def sending(message: Message) -> None:
         if message["type"] == "http.response.start":
@@ -402,7 +404,3 @@ def _with_header(send: Send, rejection: str | None) -> Send:
         await send(message)
 
     return sending
-
-
-def _quoted(text: str) -> str:
-    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\r", " ").replace("\n", " ")

@@ -103,7 +103,7 @@ class Outcome:
         """The `x-kvclaims-claim` header value: the outcome, then the claim or reason."""
         body = self.body()
         subject = body.get("claim_id") or body.get("reason") or body.get("detail") or ""
-        return f'{self.outcome}; subject="{_quoted(str(subject))}"'
+        return f'{self.outcome}; subject="{quoted(str(subject))}"'
 
 
 def parse_note(stop_reason: object) -> Outcome | None:
@@ -122,7 +122,8 @@ def parse_note(stop_reason: object) -> Outcome | None:
     return Outcome(outcome, detail, stop)
 
 
-def _quoted(text: str) -> str:
+def quoted(text: str) -> str:
+    """`text` safe inside a quoted header parameter."""
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("\r", " ").replace("\n", " ")
 
 
