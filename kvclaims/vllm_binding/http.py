@@ -28,7 +28,8 @@ it names the outcome when that event already has it (a refusal), else `pending`;
 chunk then carries the `kvclaims` object. A request the binding refused is answered with an
 HTTP error instead (429 for capacity, 503 otherwise; `Retry-After` where a retry can help),
 carrying the refusal's numbers. Claim keys at the top level of a body (outside `vllm_xargs`)
-are refused with 400, naming them: vLLM would ignore them without a word.
+are refused with 400, naming them (vLLM would ignore them without a word), and so is a claim
+operation with `n` or `best_of` above 1 (vLLM would run it once per choice).
 """
 
 from __future__ import annotations
@@ -120,9 +121,9 @@ class ClaimMetadataMiddleware:
             await self.app(scope, receive, send)
             return
         body, unread, early = await _read_body(receive)
-        misplaced = misplaced_claim_keys(body) if not unread and early is None else []
-        if misplaced:
-            await _answer_json(send, 400, _misplaced_error(misplaced), [])
+        problem = request_problem(body) if not unread and early is None else None
+        if problem is not None:
+            await _answer_json(send, 400, problem, [])
             return
         if str(scope.get("path", "")).endswith("completions"):
             send = OutcomeResponse(send)
@@ -136,22 +137,33 @@ class ClaimMetadataMiddleware:
         await self.app(scope, _replay(body, False, None, receive), _with_header(send, rejection))
 
 
-def misplaced_claim_keys(body: bytes) -> list[str]:
-    """Claim keys at the top level of a JSON object body (they belong in `vllm_xargs`)."""
+def request_problem(body: bytes) -> dict[str, Any] | None:
+    """The HTTP 400 error body for a request whose claim fields cannot mean one claim operation:
+    claim keys at the top level (vLLM would ignore them), or a claim operation with several
+    choices (`n` or `best_of` above 1: vLLM would run one operation per choice)."""
     if KEY_PREFIX.encode() not in body:
-        return []
+        return None
     try:
         document = json.loads(body)
     except ValueError:
-        return []
+        return None
     if not isinstance(document, dict):
-        return []
-    return sorted(k for k in document if isinstance(k, str) and k.startswith(KEY_PREFIX))
+        return None
+    misplaced = sorted(k for k in document if isinstance(k, str) and k.startswith(KEY_PREFIX))
+    if misplaced:
+        where = f"claim keys go inside vllm_xargs, not at the top level of the body: {', '.join(misplaced)}"
+        return _error(where, misplaced[0])
+    xargs = document.get("vllm_xargs")
+    claims = isinstance(xargs, dict) and any(isinstance(k, str) and k.startswith(KEY_PREFIX) for k in xargs)
+    for name in ("n", "best_of"):
+        value = document.get(name)
+        if claims and isinstance(value, int) and value > 1:
+            return _error(f"a claim operation goes with one choice per request; got {name}={value}", name)
+    return None
 
 
-def _misplaced_error(keys: list[str]) -> dict[str, Any]:
-    message = f"claim keys go inside vllm_xargs, not at the top level of the body: {', '.join(keys)}"
-    return {"error": {"message": message, "type": "invalid_request_error", "param": keys[0], "code": 400}}
+def _error(message: str, param: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": 400}}
 
 
 class OpenApiWithOutcome:

@@ -250,3 +250,11 @@ def test_openapi_gains_the_outcome_component_and_every_outcome_fits_it() -> None
         parsed = parse_note(note)
         assert parsed is not None
         jsonschema.validate(parsed.body(), OPENAPI_SCHEMA)
+
+
+def test_a_claim_operation_with_several_choices_is_refused_before_vllm_runs_it_twice() -> None:
+    for name in ("n", "best_of"):
+        reply = call(Answering([completion(None)], b"application/json"), REQUEST | {name: 2})
+        assert reply.status == 400 and f"{name}=2" in reply.json()["error"]["message"]
+    plain = call(Answering([completion(None)], b"application/json"), {"model": "m", "prompt": [1], "n": 2})
+    assert plain.status == 200
