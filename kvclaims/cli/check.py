@@ -93,10 +93,34 @@ def trace_files(targets: list[Path]) -> list[Path]:
         if target == STDIN:
             found.append(target)
         elif target.is_dir():
-            found.extend(sorted(p for p in target.rglob("*") if p.is_file() and _is_trace_name(p)))
+            found.extend(p for p in _walk(target) if _is_trace_name(p))
         else:
             found.append(target)
     return found
+
+
+SKIPPED_DIRECTORIES = frozenset(
+    {
+        ".git",
+        ".hypothesis",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".mypy_cache",
+        "__pycache__",
+        ".venv",
+        "node_modules",
+    }
+)
+"""Tool caches and metadata a directory walk never enters (a trace is never kept there)."""
+
+
+def _walk(directory: Path) -> list[Path]:
+    """The files under `directory` (sorted), never entering `SKIPPED_DIRECTORIES`."""
+    found: list[Path] = []
+    for root, directories, files in os.walk(directory):
+        directories[:] = [d for d in directories if d not in SKIPPED_DIRECTORIES]
+        found.extend(Path(root, name) for name in files if Path(root, name).is_file())
+    return sorted(found)
 
 
 def _is_trace_name(path: Path) -> bool:
@@ -109,8 +133,8 @@ def _say_skipped(targets: list[Path]) -> None:
         p
         for target in targets
         if target != STDIN and target.is_dir()
-        for p in sorted(target.rglob("*"))
-        if p.is_file() and not _is_trace_name(p)
+        for p in _walk(target)
+        if not _is_trace_name(p)
     ]
     if skipped:
         names = ", ".join(str(p) for p in skipped[:5]) + (", ..." if len(skipped) > 5 else "")

@@ -36,6 +36,7 @@ from importlib import metadata
 from typing import Any
 
 import click
+from pydantic import ValidationError
 
 from kvclaims.cli._common import json_option, print_json, runs
 from kvclaims.spec.errors import InputError, Problem
@@ -87,8 +88,8 @@ def server_command(model: str, arguments: Sequence[str], *, cpu: bool) -> tuple[
     section["typed_metadata"] = True
     try:
         binding = BindingConfig.model_validate(section)
-    except ValueError as error:
-        raise InputError([Problem("--binding-config", str(error).splitlines()[0])]) from None
+    except ValidationError as error:
+        raise InputError([_config_problem(error)]) from None
     kwargs = binding.engine_kwargs()
     additional = _merged_additional_config(passed, kwargs["additional_config"])
     command = [sys.executable, "-m", SERVER_MODULE, "--model", model, *passed]
@@ -100,6 +101,13 @@ def server_command(model: str, arguments: Sequence[str], *, cpu: bool) -> tuple[
         if not _given(passed, flag):
             command += [flag, value]
     return command, options.print_command
+
+
+def _config_problem(error: ValidationError) -> Problem:
+    """The first thing wrong with a binding config, naming its field (`offload.cpu_bytes`)."""
+    first = error.errors()[0]
+    field = ".".join(str(part) for part in first["loc"]) or "(the object)"
+    return Problem("--binding-config", str(first["msg"]), field=field)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -181,6 +189,7 @@ def _merged_additional_config(passed: list[str], binding: dict[str, Any]) -> dic
 @click.command(
     "serve",
     help=__doc__,
+    epilog="\b\n" + _options().format_help().split("\n", 2)[-1].strip(),
     short_help="start vLLM's OpenAI server with resident claims (scheduler, connector, typed metadata)",
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
 )

@@ -1,13 +1,18 @@
 """`kvclaims watch [TRACE...] [--zmq ENDPOINT --registry FILE] [--interval S] [--metrics-port N]`:
 check live kvclaims-v1 trace files, and vLLM's live KV-event stream, as they grow.
 
-Each TRACE is followed like `tail -f` (it may not exist yet; a partial last line waits for the
-rest) and fed to the refinement checker as lines arrive, one thread per file. A violation is
-printed with its counterexample as soon as the line that breaks the model is read; the trace
-is final when its `trace_closed` line arrives (accepted, rejected or inconclusive as
-`kvclaims check` would say) or when it becomes invalid (a bad line, a line after the close, or
-a file that shrinks while followed). While a trace is open its state is `open` (no violation
-so far); a line `open: N events, no violation` is printed when new events were checked.
+Each TRACE is followed like `tail -f` (it may not exist yet: watch says it waits; a partial
+last line waits for the rest) and fed to the refinement checker as lines arrive, one thread per
+file. A violation is printed with its counterexample as soon as the line that breaks the model
+is read; a run is final when its `trace_closed` line arrives (accepted, rejected or
+inconclusive as `kvclaims check` would say) or when it becomes invalid (a bad line, a line
+after the close, or a file that shrinks while followed). Watch is a service: after a run's
+verdict it waits for the next stream at the same path (an engine that restarts moves the old
+trace aside to `<stem>.prevN` and starts a new file: a new run). A file replaced before its
+close ends its run as `kvclaims check` judges the old file as it stands (a crash leaves it
+truncated: inconclusive). `--once` stops at each file's first verdict, for scripts. While a
+run is open its state is `open` (no violation so far); a line `open: N events, no violation`
+is printed when new events were checked.
 
 `--zmq tcp://127.0.0.1:PORT` (loopback only; repeatable) follows vLLM's KV-event publisher
 (`--kv-events-config '{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint":
@@ -30,14 +35,16 @@ type: claim outcomes, refusals, harm) and `kvclaims_trace_lines_total{trace}`. A
 `--json` prints JSON lines instead: `{"path", "outcome": "open", "events"}` while a trace is
 open, then its verdict in `kvclaims check --json`'s shape.
 
-Watch exits when every stream is final, with the exit code of the worst (as `kvclaims check`:
-0 accepted, 1 rejected, 2 invalid, 3 inconclusive); Ctrl-C stops it (130). A KV-event stream
+With `--once` (or KV-event streams only), watch exits when every stream is final, with the
+exit code of the worst (as `kvclaims check`: 0 accepted, 1 rejected, 2 invalid, 3
+inconclusive); Ctrl-C stops it (130). A KV-event stream
 counts batches as `kvclaims_trace_lines_total`.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import struct
 import sys
@@ -125,27 +132,30 @@ class Follow(_Stream):
     new bytes and returns b"" only once the file's `trace_closed` line was read (then what
     follows it at that moment, then b"") or `stop` is set. A file that shrinks is an error."""
 
-    def __init__(self, path: Path, interval: float, watcher: Watcher) -> None:
+    def __init__(self, path: Path, interval: float, watcher: FileWatcher) -> None:
         self._path = path
         self._interval = interval
         self._watcher = watcher
         self._file: IO[bytes] | None = None
         self._partial = b""
         self._closed_seen = False
+        self._rotated = False
         self.lines = 0
 
     def read(self, size: int = -1) -> bytes:
         while not self._watcher.stop.is_set():
             if self._file is None:
-                try:
-                    self._file = self._path.open("rb")
-                except FileNotFoundError:
+                self._file = self._watcher.open_next_run()
+                if self._file is None:
                     time.sleep(self._interval)
                     continue
             data = self._file.read(size)
-            if data or self._closed_seen:
+            if data or self._closed_seen or self._rotated:
                 self._count(data)
                 return data
+            self._rotated = self._watcher.service and _replaced(self._path, self._file)
+            if self._rotated:
+                continue  # drain what the old file got before its writer moved it aside
             self._check_not_shrunk()
             self._watcher.caught_up(self.lines - 1)  # the header is no event
             time.sleep(self._interval)
@@ -169,6 +179,19 @@ class Follow(_Stream):
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
+
+
+def _identity(stat: os.stat_result) -> tuple[int, int]:
+    return stat.st_dev, stat.st_ino
+
+
+def _replaced(path: Path, file: IO[bytes]) -> bool:
+    """Whether `path` now names another file than `file` (moved aside by a restarted engine,
+    or rotated), or no file at all."""
+    try:
+        return _identity(path.stat()) != _identity(os.fstat(file.fileno()))
+    except FileNotFoundError:
+        return True
 
 
 def zmq_subscriber(endpoint: str, topic: str) -> Any:
@@ -304,6 +327,8 @@ class Watcher:
         self.stop = stop
         self.unit = unit
         self.verdict: Any = None
+        self.service = False
+        """Keep following new runs after a verdict (`FileWatcher` without --once)."""
         self._reported = 0
 
     def check(self, *, minimize: bool) -> Any:
@@ -312,12 +337,22 @@ class Watcher:
         raise NotImplementedError
 
     def run(self) -> None:
+        self.opened()
+        self.run_once()
+        while self.service and not self.stop.is_set():
+            self._reported = 0
+            self.run_once()
+
+    def opened(self) -> None:
+        """A run begins: its state is open."""
         self.metrics.state(self.name, "open")
         if self.as_json:
             print_json({"path": self.name, "outcome": "open", self.unit: 0})
             sys.stdout.flush()
         else:
             stdout_console().print(f"watching {escape(self.name)}")
+
+    def run_once(self) -> None:
         # Report at once; shrinking a rejection to its minimal prefix is quadratic in the
         # steps before it (a second pass over what was read), so it follows the report.
         self.verdict = self.check(minimize=False)
@@ -368,10 +403,48 @@ class FileWatcher(Watcher):
     """A kvclaims-v1 trace file, followed to its `trace_closed`."""
 
     def __init__(
-        self, path: Path, interval: float, metrics: Metrics, stop: threading.Event, **kw: Any
+        self,
+        path: Path,
+        interval: float,
+        metrics: Metrics,
+        stop: threading.Event,
+        *,
+        service: bool = False,
+        **kw: Any,
     ) -> None:
         super().__init__(str(path), interval, metrics, stop, **kw)
         self.path = path
+        self.service = service
+        self._last: tuple[int, int] | None = None
+        self._waiting_said = False
+
+    def open_next_run(self) -> IO[bytes] | None:
+        """The file of the next run (a file at `path` that is not the last run's), or None
+        (said once) while there is none yet."""
+        try:
+            file = self.path.open("rb")
+        except FileNotFoundError:
+            self._say_waiting("does not exist yet")
+            return None
+        if _identity(os.fstat(file.fileno())) == self._last:
+            file.close()
+            self._say_waiting("is the stream already checked; waiting for a new one")
+            return None
+        later, self._last = self._last is not None, _identity(os.fstat(file.fileno()))
+        self._waiting_said = False
+        if later:
+            self.opened()
+        return file
+
+    def _say_waiting(self, why: str) -> None:
+        if self._waiting_said:
+            return
+        self._waiting_said = True
+        if self.as_json:
+            print_json({"path": self.name, "outcome": "waiting", "reason": f"{self.name} {why}"})
+            sys.stdout.flush()
+        else:
+            stdout_console().print(f"waiting: {escape(self.name)} {why}")
 
     def check(self, *, minimize: bool) -> Any:
         from kvclaims.refinement.abstractions.kvclaims_v1 import FORMAT
@@ -435,7 +508,10 @@ def _watchers(args: argparse.Namespace, metrics: Metrics, stop: threading.Event)
     if args.registry is not None and not args.zmq:
         raise InputError([Problem("--registry", "--registry goes with --zmq")])
     options: dict[str, Any] = {"as_json": args.json}
-    watchers: list[Watcher] = [FileWatcher(p, args.interval, metrics, stop, **options) for p in args.traces]
+    service = not args.once
+    watchers: list[Watcher] = [
+        FileWatcher(p, args.interval, metrics, stop, service=service, **options) for p in args.traces
+    ]
     if args.zmq:
         from kvclaims.refinement.abstractions.claim_registry import load_registry
 
@@ -503,6 +579,11 @@ def run(args: argparse.Namespace) -> int:
     type=click.IntRange(1, 65535),
     metavar="N",
     help="serve Prometheus metrics on 127.0.0.1:N",
+)
+@click.option(
+    "--once",
+    is_flag=True,
+    help="stop each trace file at its first verdict (a close, a violation); default: keep following new runs",
 )
 @json_option
 def command(**options: object) -> int:

@@ -92,6 +92,7 @@ from kvclaims.vllm_binding.metadata import (
     shown,
 )
 from kvclaims.vllm_binding.offload import ClaimOffload
+from kvclaims.vllm_binding.outcome import note_with_stop, refusal_note
 from kvclaims.vllm_binding.registry import PINNED_MODES, UNATTRIBUTED, ClaimRecord, ClaimRegistry, agreement
 from kvclaims.vllm_binding.soft_priority import SoftRank, reorder_free_queue
 from kvclaims.vllm_binding.telemetry import EventSink, NullSink, TraceSink
@@ -103,8 +104,6 @@ REFUSAL_STOP_PREFIX = "kvclaims:refused"
 `kvclaims:refused:capacity:<claim ids>`. vLLM 0.32 turns FinishReason.ERROR into an opaque
 HTTP 500 that drops stop_reason; ABORT reaches the client as finish_reason "abort" with the
 stop_reason visible, and is what a refusal is: the engine did not serve the request."""
-
-_MAX_NAMED_IN_STOP_REASON = 8
 
 _NS_PER_MS = 1_000_000
 
@@ -193,6 +192,8 @@ class RequestBook:
     """Offloaded claims this request loads back (their blocks become its blocks)."""
     claim_note: str | None = None
     """What happened to the request's claim operation, for the caller (`NOTE_PREFIX`)."""
+    owner: str | None = None
+    """The owner the request's claim operation established (a refusal names only its claims)."""
     turn: JobTurn | None = None
     """The request's agent-job turn (Continuum compatibility mode only)."""
 
@@ -465,6 +466,7 @@ class ClaimArbiter:
             charge = UNATTRIBUTED if parsed.op is ClaimOp.submit else None
             self._reject(parsed.claim_id, owner.reason, book, charge=charge)
             return
+        book.owner = owner
         if parsed.op is ClaimOp.submit:
             self._submit(request, parsed, owner, book)
         elif parsed.op is ClaimOp.attach:
@@ -1123,9 +1125,14 @@ class ClaimArbiter:
         self._emit(ActiveRequestRefused, **fields)
         self.ledger.blame(blocking)
         book.step(RequestEvent.refuse_capacity)
-        named = [r.claim_id for r in blocking[:_MAX_NAMED_IN_STOP_REASON]]
-        more = len(blocking) - len(named)
-        return f"{REFUSAL_STOP_PREFIX}:capacity:" + ",".join(named) + (f",+{more} more" if more else "")
+        return refusal_note(blocking, self._owner_of_request(book), proof)
+
+    def _owner_of_request(self, book: RequestBook) -> str | None:
+        """Whose claims a refusal may name: the owner the request's claim operation established,
+        else (with untrusted owners) the default owner; None when unknown."""
+        if book.owner is not None or self.config.owner_hmac_key is not None:
+            return book.owner
+        return self.config.default_owner
 
     def _demote_to_fit(
         self, blocking: list[ClaimRecord], credited: frozenset[Any], proof: CapacityProof, book: RequestBook
@@ -1323,18 +1330,18 @@ class ClaimArbiter:
             reorder_free_queue(self.pool.free_block_queue, rank_of)
 
     def _note_claims(self, outputs: dict[int, EngineCoreOutputs]) -> None:
-        """Tell each finished caller what happened to its claim operation: an output that
-        finished without a stop reason (length, abort) carries the claim note as its
-        `stop_reason`, which vLLM's OpenAI server returns as the choice's `stop_reason`. A stop
-        token or string keeps its own reason (the trace still has the outcome)."""
+        """Tell each finished caller what happened to its claim operation, whatever the finish:
+        the output's `stop_reason` (which vLLM's OpenAI server returns as the choice's
+        `stop_reason`) becomes the claim note; a stop token or string vLLM set is kept after it
+        (`note_with_stop`), and the HTTP boundary puts it back (`kvclaims.vllm_binding.http`)."""
         notes = self._claim_notes
         if not notes:
             return
         for batch in outputs.values():
             noted = compress(batch.outputs, map(notes.__contains__, map(_REQUEST_ID, batch.outputs)))
             for output in noted:
-                if output.finished and output.stop_reason is None:
-                    output.stop_reason = notes[output.request_id]
+                if output.finished:
+                    output.stop_reason = note_with_stop(notes[output.request_id], output.stop_reason)
         notes.clear()
 
     def on_request_finishing(self, request: Request) -> None:

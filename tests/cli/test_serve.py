@@ -109,3 +109,27 @@ def test_print_command_prints_and_exits_zero() -> None:
         timeout=60,
     )
     assert bad.returncode == 2 and "--scheduler-cls" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("config", "field"),
+    [
+        ('{"max_deferral_steps": "x"}', "max_deferral_steps"),
+        ('{"unknown": 1}', "unknown"),
+        ('{"offload": {"cpu_bytes": "lots"}}', "offload"),
+    ],
+)
+def test_a_malformed_binding_config_names_its_field(config: str, field: str) -> None:
+    with pytest.raises(InputError) as error:
+        server_command("m", ["--binding-config", config], cpu=False)
+    problem = error.value.problems[0]
+    assert problem.field is not None and problem.field.startswith(field)
+
+
+def test_serve_help_lists_its_own_flags() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "kvclaims", "serve", "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0
+    for flag in ("--trace PATH", "--offload-cpu-bytes N", "--binding-config JSON", "--print-command"):
+        assert flag in result.stdout.split("Options:", 1)[1], flag

@@ -24,9 +24,19 @@ def served() -> TraceBuilder:
     return trace.admit("r1").reuse("r1", "A", 2).finish("r1")
 
 
-def watch(*arguments: str) -> subprocess.Popen[str]:
+def watch(*arguments: str, once: bool = True) -> subprocess.Popen[str]:
+    """`kvclaims watch` (with `--once` unless told: these tests end at a verdict)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "kvclaims", "watch", "--interval", "0.05", *arguments],
+        [
+            sys.executable,
+            "-m",
+            "kvclaims",
+            "watch",
+            "--interval",
+            "0.05",
+            *(["--once"] if once else []),
+            *arguments,
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -116,6 +126,53 @@ def test_metrics_show_the_open_verdict_and_event_counts_on_loopback(tmp_path: Pa
         assert f'kvclaims_trace_events_total{{event="resident_claim_accepted",trace="{name}"}} 1.0' in text
         append(path, b'{"seq":99,"event":"trace_closed","reason":"closed"}\n')
         assert process.wait(timeout=60) == 0
+    finally:
+        process.kill()
+
+
+def json_lines_until(process: subprocess.Popen[str], wanted: str, timeout: float = 60) -> dict[str, Any]:
+    """The next `--json` line whose outcome is `wanted`."""
+    start = time.monotonic()
+    assert process.stdout is not None
+    while time.monotonic() - start < timeout:
+        line = process.stdout.readline()
+        if line.startswith("{") and json.loads(line).get("outcome") == wanted:
+            return json.loads(line)
+        if not line and process.poll() is not None:
+            break
+    raise AssertionError(f"no {wanted!r} line within {timeout} s")
+
+
+def test_as_a_service_watch_outlives_closes_and_restarts_and_keeps_its_metrics(tmp_path: Path) -> None:
+    from kvclaims.refinement import check_trace
+
+    path = tmp_path / "claims.ndjson"
+    port = free_port()
+    process = watch("--json", str(path), "--metrics-port", str(port), once=False)
+    try:
+        waiting = json_lines_until(process, "waiting")
+        assert "does not exist yet" in waiting["reason"]
+        path.write_bytes(served().ndjson())  # a clean run, closed
+        assert json_lines_until(process, "accepted")["path"] == str(path)
+        assert "already checked" in json_lines_until(process, "waiting")["reason"]
+        assert process.poll() is None
+
+        # an engine that restarts after a SIGKILL: the unclosed stream is moved aside, a new begins
+        staged = tmp_path / "next.ndjson"
+        staged.write_bytes(served().ndjson(closed=False))
+        staged.rename(path)
+        json_lines_until(process, "open")
+        killed = tmp_path / "claims.prev1.ndjson"
+        path.rename(killed)
+        staged.write_bytes(served().ndjson())
+        staged.rename(path)
+        interrupted = json_lines_until(process, "inconclusive")
+        as_check = check_trace(killed)
+        assert (interrupted["outcome"], interrupted["reason"]) == (as_check.outcome.value, as_check.reason)
+        assert json_lines_until(process, "accepted")["path"] == str(path)  # the new run
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        assert f'kvclaims_trace_verdict{{outcome="accepted",trace="{path}"}} 1.0' in text
+        assert process.poll() is None
     finally:
         process.kill()
 

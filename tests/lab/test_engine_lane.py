@@ -178,10 +178,8 @@ def test_hard_claim_refusal_carries_the_capacity_proof_to_the_client(runs: dict[
         23,
         6,
     )
-    assert (n["active_finish_reason"], n["active_stop_reason"]) == (
-        "abort",
-        "kvclaims:refused:capacity:claim:hard_protected",
-    )
+    assert n["active_finish_reason"] == "abort"
+    assert n["active_stop_reason"].startswith("kvclaims:refused:capacity:claim:hard_protected;others=0;")
     assert (
         n["reuse_satisfied"] and n["reuse_cached_blocks"] == 8 and n["reuse_num_cached_tokens"] == 8 * BLOCK
     )

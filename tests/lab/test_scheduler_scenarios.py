@@ -49,7 +49,7 @@ def test_hard_claim_refuses_the_infeasible_prefill(results: dict[str, ScenarioRe
     got = numbers(results, name)
     assert got["active_refused"] is True
     assert got["active_finish_reason"] == "abort"
-    assert got["active_stop_reason"] == "kvclaims:refused:capacity:claim:resident"
+    assert got["active_stop_reason"].startswith("kvclaims:refused:capacity:claim:resident;others=0;")
     assert got["blocking_claim_ids"] == ["claim:resident"]
     assert got["protected_resident_blocks"] == RESIDENT
     assert got["active_live_blocks_required"] == ACTIVE

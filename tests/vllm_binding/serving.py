@@ -118,7 +118,7 @@ def claim(claim_id: str, mode: str, blocks: int) -> dict[str, Any]:
 def watch(*arguments: str) -> subprocess.Popen[str]:
     """`kvclaims watch --json ...`, its JSON lines on stdout."""
     return subprocess.Popen(
-        [sys.executable, "-m", "kvclaims", "watch", "--json", *arguments],
+        [sys.executable, "-m", "kvclaims", "watch", "--json", "--once", *arguments],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -124,7 +124,7 @@ def test_parse_level_rejections_reach_the_header_too() -> None:
     _, sent = post(
         request({"kvclaims_claim_id": "c", "kvclaims_mode": "telepathic", "kvclaims_footprint_blocks": 2})
     )
-    assert claim_header(sent) == b"rejected; reason=\"unknown protection mode 'telepathic'\""
+    assert claim_header(sent) == b"claim_rejected; subject=\"unknown protection mode 'telepathic'\""
 
 
 @pytest.mark.parametrize(

@@ -124,7 +124,10 @@ def test_refusal_reaches_the_caller_as_abort_with_the_blocking_claims(tmp_path: 
     output = running.records["active"].finished
     assert output is not None
     assert output.finish_reason is FinishReason.ABORT  # not ERROR: vLLM 0.32 maps that to HTTP 500
-    assert output.stop_reason == "kvclaims:refused:capacity:claim:r"
+    assert output.stop_reason == (
+        "kvclaims:refused:capacity:claim:r;others=0;protected_resident_blocks=60;active_live_blocks_required=70;"
+        "resident_plus_active_blocks=130;usable_blocks=80;capacity_shortfall_blocks=50"
+    )
     assert output.new_token_ids == []
     assert "active" not in running.scheduler.requests
     running.close()
@@ -294,7 +297,9 @@ def test_without_a_trace_path_the_binding_enforces_the_same(tmp_path: Path) -> N
     running.run()
     running.add("active", tokens("a", 70))
     running.run()
-    assert running.records["active"].finished.stop_reason == "kvclaims:refused:capacity:claim:r"
+    assert running.records["active"].finished.stop_reason.startswith(
+        "kvclaims:refused:capacity:claim:r;others=0;"
+    )
     running.close()
     assert not list(tmp_path.iterdir())
 

@@ -12,6 +12,7 @@ import json
 import signal
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -102,23 +103,37 @@ def hard(claim_id: str, blocks: int) -> dict[str, Any]:
 def test_a_claim_is_accepted_materialized_attached_refused_against_and_released(
     server: Server, client: Any
 ) -> None:
+    from openai import RateLimitError
+
     choice, headers = complete(client, prompt(1, 8), hard("sys", 8))
-    assert choice.finish_reason == "length"
-    assert choice.model_extra["stop_reason"] == "kvclaims:claim_accepted:sys"
-    assert "x-kvclaims-claim" not in headers
+    assert (choice.finish_reason, choice.model_extra["stop_reason"]) == ("length", None)
+    assert choice.model_extra["kvclaims"] == {"outcome": "claim_accepted", "claim_id": "sys"}
+    assert headers["x-kvclaims-claim"] == 'claim_accepted; subject="sys"'
 
     reuser, _ = complete(client, prompt(1, 8), {"kvclaims_claim_id": "sys", "kvclaims_op": "attach"})
-    assert reuser.model_extra["stop_reason"] == "kvclaims:claim_attached:sys"
+    assert reuser.model_extra["kvclaims"] == {"outcome": "claim_attached", "claim_id": "sys"}
 
     # 20 blocks + 2 tokens need 21 blocks; 8 protected + 21 > 23 usable
-    refused, _ = complete(client, prompt(2, 20))
-    assert refused.finish_reason == "abort"
-    assert refused.model_extra["stop_reason"] == "kvclaims:refused:capacity:sys"
+    with pytest.raises(RateLimitError) as refused:
+        complete(client, prompt(2, 20))
+    assert refused.value.response.headers["retry-after"] == "1"
+    assert refused.value.response.json()["kvclaims"] == {
+        "outcome": "refused",
+        "reason": "capacity",
+        "own_blocking_claim_ids": ["sys"],
+        "other_blocking_claims": 0,
+        "protected_resident_blocks": 8,
+        "active_live_blocks_required": 21,
+        "resident_plus_active_blocks": 29,
+        "usable_blocks": 23,
+        "capacity_shortfall_blocks": 6,
+    }
 
     released, _ = complete(client, prompt(3, 1), {"kvclaims_claim_id": "sys", "kvclaims_op": "release"})
-    assert released.model_extra["stop_reason"] == "kvclaims:claim_released:sys"
-    served, _ = complete(client, prompt(2, 20))
+    assert released.model_extra["kvclaims"] == {"outcome": "claim_released", "claim_id": "sys"}
+    served, headers = complete(client, prompt(2, 20))
     assert served.finish_reason == "length" and served.model_extra["stop_reason"] is None
+    assert "kvclaims" not in served.model_extra and "x-kvclaims-claim" not in headers
 
     # the lines reach the file within the flush bound (0.2 s), not with the response
     deadline = time.monotonic() + 10
@@ -135,6 +150,62 @@ def test_a_claim_is_accepted_materialized_attached_refused_against_and_released(
     assert reuse and reuse[0]["predicate_satisfied"] is True and reuse[0]["cached_blocks"] == 8
     refusal = next(e for e in events if e["event"] == "active_request_refused")
     assert (refusal["protected_resident_blocks"], refusal["capacity_shortfall_blocks"]) == (8, 6)
+
+
+def test_a_claim_ending_on_a_stop_token_reports_its_outcome_streamed_or_not(client: Any) -> None:
+    every_token = list(range(512))  # whatever the tiny model samples first stops it
+    raw = client.completions.with_raw_response.create(
+        model=SERVED_NAME,
+        prompt=prompt(11, 2),
+        max_tokens=4,
+        extra_body={"stop_token_ids": every_token, "vllm_xargs": hard("stopper", 2)},
+    )
+    choice = raw.parse().choices[0]
+    assert choice.finish_reason == "stop" and isinstance(choice.model_extra["stop_reason"], int)
+    assert choice.model_extra["kvclaims"] == {"outcome": "claim_accepted", "claim_id": "stopper"}
+    assert raw.headers["x-kvclaims-claim"] == 'claim_accepted; subject="stopper"'
+
+    stream = client.completions.create(
+        model=SERVED_NAME,
+        prompt=prompt(11, 2),
+        max_tokens=4,
+        stream=True,
+        extra_body={
+            "stop_token_ids": every_token,
+            "vllm_xargs": {"kvclaims_claim_id": "stopper", "kvclaims_op": "release"},
+        },
+    )
+    chunks = list(stream)
+    final = chunks[-1]
+    assert final.choices[0].finish_reason == "stop"
+    assert final.model_extra["kvclaims"] == {"outcome": "claim_released", "claim_id": "stopper"}
+
+
+def test_a_refusal_names_only_the_requesting_owners_claims(client: Any) -> None:
+    from openai import RateLimitError
+
+    secret = hard("tenant-a:secret", 8) | {"kvclaims_owner": "tenant-a"}
+    held, _ = complete(client, prompt(12, 8), secret)
+    assert held.model_extra["kvclaims"]["outcome"] == "claim_accepted"
+    with pytest.raises(RateLimitError) as refused:
+        complete(client, prompt(13, 20))  # the default owner's request
+    found = refused.value.response.json()["kvclaims"]
+    assert (found["own_blocking_claim_ids"], found["other_blocking_claims"]) == ([], 1)
+    assert "tenant-a" not in refused.value.response.text
+    release = {"kvclaims_claim_id": "tenant-a:secret", "kvclaims_op": "release", "kvclaims_owner": "tenant-a"}
+    released, _ = complete(client, prompt(3, 1), release)
+    assert released.model_extra["kvclaims"]["outcome"] == "claim_released"
+
+
+def test_claim_keys_at_the_top_level_are_refused_by_name(server: Server) -> None:
+    body = json.dumps({"model": SERVED_NAME, "prompt": [1, 2], "max_tokens": 1, "kvclaims_claim_id": "x"})
+    request = urllib.request.Request(
+        f"{server.url}/v1/completions", body.encode(), {"content-type": "application/json"}
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=30)
+    assert refused.value.code == 400
+    assert "kvclaims_claim_id" in refused.value.read().decode()
 
 
 @pytest.mark.parametrize(
@@ -154,17 +225,22 @@ def test_hostile_metadata_is_rejected_visibly_and_never_becomes_a_claim(
     claim_id = f"hostile-{field}-{type(value).__name__}"
     choice, headers = complete(client, prompt(4, 2), hard(claim_id, 1) | {field: value})
     assert choice.finish_reason == "length"  # the request itself is served
-    assert choice.model_extra["stop_reason"].startswith(f"kvclaims:claim_rejected:{claim_id}:")
-    assert why in choice.model_extra["stop_reason"]
-    assert headers["x-kvclaims-claim"].startswith("rejected; reason=") and why in headers["x-kvclaims-claim"]
+    outcome = choice.model_extra["kvclaims"]
+    assert (outcome["outcome"], outcome["claim_id"]) == ("claim_rejected", claim_id)
+    assert why in outcome["reason"]
+    assert headers["x-kvclaims-claim"].startswith("claim_rejected; subject=")
     accepted = [e for e in server.events() if e["event"] == "resident_claim_accepted"]
     assert claim_id not in {e["claim_id"] for e in accepted}
 
 
 def test_an_id_less_claim_operation_reads_plainly(client: Any) -> None:
     choice, headers = complete(client, prompt(5, 1), {"kvclaims_mode": "hard_protected"})
-    assert choice.model_extra["stop_reason"] == "kvclaims:claim_rejected:-:kvclaims_claim_id is required"
-    assert headers["x-kvclaims-claim"] == 'rejected; reason="kvclaims_claim_id is required"'
+    assert choice.model_extra["kvclaims"] == {
+        "outcome": "claim_rejected",
+        "claim_id": None,
+        "reason": "kvclaims_claim_id is required",
+    }
+    assert headers["x-kvclaims-claim"] == 'claim_rejected; subject="kvclaims_claim_id is required"'
 
 
 def test_an_idle_server_writes_its_last_events_within_the_bound(server: Server, client: Any) -> None:
