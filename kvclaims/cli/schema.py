@@ -3,7 +3,8 @@
 Without options, prints every schema as one JSON object keyed by file name. `-o DIR` writes the
 files; `-o DIR --check` writes nothing and exits 1 if the files in DIR differ from what the
 models generate (`--check DIR` is the older spelling). With `--docs DOCS`, writing also renders
-DOCS/trace-format.md and DOCS/descriptor-format.md from the schemas it wrote, and checking also
+DOCS/trace-format.md, DOCS/descriptor-format.md and DOCS/rule-event-table.md from the schemas
+it wrote, and checking also
 fails when the documents in DOCS differ from what DIR's schemas render.
 """
 
@@ -29,6 +30,7 @@ from kvclaims.cli._common import (
 def run(args: argparse.Namespace) -> int:
     from kvclaims.spec.schema import drifted_schemas, generate_schemas, write_schemas
     from kvclaims.spec.schema_docs import drifted_docs, write_docs
+    from kvclaims.statemachine.system.table import render_docs as rule_event_docs
 
     if args.check == "":  # `-o DIR --check`: the flag form
         if args.out is None:
@@ -41,13 +43,13 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None:
         written = write_schemas(args.out)
         if args.docs is not None:
-            written += write_docs(args.out, args.docs)
+            written += write_docs(args.out, args.docs, rule_event_docs)
         print_written(written, as_json=args.json)
         return Exit.ok
     if args.check is not None:
         drifted = [Path(args.check) / name for name in drifted_schemas(Path(args.check))]
         if args.docs is not None and not drifted:
-            drifted += [args.docs / name for name in drifted_docs(Path(args.check), args.docs)]
+            drifted += [args.docs / name for name in drifted_docs(Path(args.check), args.docs, rule_event_docs)]
         fix = f"kvclaims schema -o {args.check}" + (f" --docs {args.docs}" if args.docs else "")
         for path in drifted:
             stderr_console().print(f"drifted: {path} (run: {fix})")

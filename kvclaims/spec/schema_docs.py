@@ -11,9 +11,11 @@ schema drift test does for the schemas themselves.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+from kvclaims.spec.schema import SCHEMA_FILES
 
 Schema = Mapping[str, Any]
 
@@ -24,9 +26,11 @@ DOC_SOURCES: Mapping[str, tuple[str, ...]] = {
         "trace-v1-routing-event.schema.json",
     ),
     "descriptor-format.md": ("descriptor-v1.schema.json",),
-    "rule-event-table.md": ("trace-v1-event.schema.json",),
 }
-"""Each generated document and the committed schemas it is rendered from, in order."""
+"""Each document spec renders and the committed schemas it is rendered from, in order."""
+
+MoreDocs = Callable[[Mapping[str, Schema]], Mapping[str, str]]
+"""Documents a layer above spec renders from the committed schemas (keyed by file name)."""
 
 _REGENERATE = "kvclaims schema --out schemas --docs docs"
 
@@ -182,8 +186,7 @@ descriptor. The machine-readable form is `schemas/descriptor-v1.schema.json`.
 def load_schemas(schema_dir: Path) -> dict[str, dict[str, Any]]:
     """The committed schemas every document needs, by file name (a missing file raises
     `FileNotFoundError`: there is nothing to render from)."""
-    names = [name for sources in DOC_SOURCES.values() for name in sources]
-    return {name: json.loads((schema_dir / name).read_text(encoding="utf-8")) for name in names}
+    return {name: json.loads((schema_dir / name).read_text(encoding="utf-8")) for name in SCHEMA_FILES}
 
 
 # --- rendering one schema fragment ---------------------------------------------------------
@@ -477,11 +480,8 @@ def render_descriptor_format(descriptor: Schema) -> str:
 
 
 def render_docs(schemas: Mapping[str, Schema]) -> dict[str, str]:
-    """Every generated document, by file name, from schemas keyed by their file name."""
-    from kvclaims.statemachine.system import table  # the model sits above spec
-
+    """Every document spec renders, by file name, from schemas keyed by their file name."""
     return {
-        "rule-event-table.md": table.render_for_schema(schemas["trace-v1-event.schema.json"]),
         "trace-format.md": render_trace_format(
             schemas["trace-v1-header.schema.json"],
             schemas["trace-v1-event.schema.json"],
@@ -491,23 +491,29 @@ def render_docs(schemas: Mapping[str, Schema]) -> dict[str, str]:
     }
 
 
-def write_docs(schema_dir: Path, docs_dir: Path) -> list[Path]:
-    """Render the documents from the schema files in `schema_dir` into `docs_dir`."""
+def write_docs(schema_dir: Path, docs_dir: Path, more: MoreDocs | None = None) -> list[Path]:
+    """Render the documents from the schema files in `schema_dir` into `docs_dir` (`more`:
+    documents of layers above spec)."""
     docs_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, text in render_docs(load_schemas(schema_dir)).items():
+    for name, text in _rendered(schema_dir, more).items():
         target = docs_dir / name
         target.write_text(text, encoding="utf-8")
         written.append(target)
     return written
 
 
-def drifted_docs(schema_dir: Path, docs_dir: Path) -> list[str]:
+def drifted_docs(schema_dir: Path, docs_dir: Path, more: MoreDocs | None = None) -> list[str]:
     """Names of documents under `docs_dir` that differ from what `schema_dir` renders (or are
     absent)."""
     drifted = []
-    for name, text in render_docs(load_schemas(schema_dir)).items():
+    for name, text in _rendered(schema_dir, more).items():
         target = docs_dir / name
         if not target.is_file() or target.read_text(encoding="utf-8") != text:
             drifted.append(name)
     return drifted
+
+
+def _rendered(schema_dir: Path, more: MoreDocs | None) -> dict[str, str]:
+    schemas = load_schemas(schema_dir)
+    return {**render_docs(schemas), **(more(schemas) if more is not None else {})}

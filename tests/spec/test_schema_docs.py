@@ -128,8 +128,11 @@ def test_the_descriptor_example_loads_and_is_judged(tmp_path: Path) -> None:
 def test_the_cli_writes_and_checks_the_docs(tmp_path: Path) -> None:
     schemas, docs = tmp_path / "schemas", tmp_path / "docs"
     assert main(["schema", "--out", str(schemas), "--docs", str(docs)]) == 0
-    assert sorted(p.name for p in docs.iterdir()) == sorted(DOC_SOURCES)
+    assert sorted(p.name for p in docs.iterdir()) == sorted([*DOC_SOURCES, "rule-event-table.md"])
     assert main(["schema", "--check", str(schemas), "--docs", str(docs)]) == 0
     (docs / "trace-format.md").write_text("stale\n")
+    assert main(["schema", "--check", str(schemas), "--docs", str(docs)]) == 1
+    assert main(["schema", "--out", str(schemas), "--docs", str(docs)]) == 0
+    (docs / "rule-event-table.md").unlink()
     assert main(["schema", "--check", str(schemas), "--docs", str(docs)]) == 1
     assert main(["schema", "--docs", str(docs)]) == 2

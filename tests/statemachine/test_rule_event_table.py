@@ -115,3 +115,10 @@ def test_pairs_name_declared_cells_and_known_cases() -> None:
 def test_a_cell_pair_rejects_the_violation_and_accepts_the_twin(bad: str, good: str) -> None:
     assert check(_CASES[bad][0], HEADERS.get(bad)).outcome in (Outcome.rejected, Outcome.inconclusive)
     assert check(_CASES[good][0], HEADERS.get(good)).outcome is Outcome.accepted
+
+
+def test_the_committed_rule_event_table_matches_the_schema() -> None:
+    from kvclaims.spec.schema_docs import drifted_docs
+
+    docs = SCHEMA.parents[1] / "docs"
+    assert drifted_docs(SCHEMA.parent, docs, table.render_docs) == [], "run: kvclaims schema --out schemas --docs docs"

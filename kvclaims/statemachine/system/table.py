@@ -93,5 +93,11 @@ def vocabulary(event_schema: Mapping[str, object]) -> dict[str, tuple[str, ...]]
     return found
 
 
-def render_for_schema(event_schema: Mapping[str, object]) -> str:
-    return render(vocabulary(event_schema))
+DOC_NAME = "rule-event-table.md"
+"""The generated document (next to the schema docs: `kvclaims schema --docs`)."""
+
+
+def render_docs(schemas: Mapping[str, Mapping[str, object]]) -> dict[str, str]:
+    """The rule x event document, from the committed schemas keyed by file name: the trace v1
+    event schema is the vocabulary, so a new event type shows up as a row to fill."""
+    return {DOC_NAME: render(vocabulary(schemas["trace-v1-event.schema.json"]))}
