@@ -169,7 +169,7 @@ class Oracle(RequestsAndBlocks):
     # claim decisions (rule 1, class 6)
 
     def _terms(self, event: dict[str, Any]) -> tuple[Any, ...]:
-        predicate = json.dumps(event["predicate"], sort_keys=True)
+        predicate = json.dumps(self._in_blocks(event["predicate"]), sort_keys=True)
         return (
             event["owner_scope"],
             event["object_id"],
@@ -180,6 +180,20 @@ class Oracle(RequestsAndBlocks):
             event.get("duration_ms"),
             event.get("refresh_on_hit", False),
         )
+
+    def _in_blocks(self, predicate: dict[str, Any]) -> dict[str, Any]:
+        """C7 compares terms in one unit: a token count is its blocks, rounded up."""
+        if "tokens" not in predicate or self.block_size is None:
+            return predicate
+        blocks = -(-predicate["tokens"] // self.block_size)
+        return {**{k: v for k, v in predicate.items() if k != "tokens"}, "blocks": blocks}
+
+    def _unit_unknown(self, submitted: tuple[Any, ...], accepted: tuple[Any, ...]) -> bool:
+        """Terms that differ only in a predicate counted in tokens on one side, with no
+        block_size to round it by: whether they changed cannot be decided."""
+        if self.block_size is not None or submitted[:4] + submitted[5:] != accepted[:4] + accepted[5:]:
+            return False
+        return '"tokens"' in submitted[4] or '"tokens"' in accepted[4]
 
     def _set_terms(self, claim: Claim, event: dict[str, Any]) -> None:
         predicate = event["predicate"]
@@ -220,7 +234,10 @@ class Oracle(RequestsAndBlocks):
         if claim is not None and claim.terms[:2] != terms[:2]:
             raise Violation(IDENTITY, f"{claim_id}: accepted for another owner or object")
         if claim is not None and claim.terms != terms:  # C7, class 6
-            raise Violation(TERMS, f"{claim_id}: accepted terms differ from the submitted ones")
+            if self._unit_unknown(claim.terms, terms):
+                self._undecidable(f"{claim_id}: terms in tokens and blocks, and no block_size")
+            else:
+                raise Violation(TERMS, f"{claim_id}: accepted terms differ from the submitted ones")
         self._accept(claim_id, terms, event)
 
     def _accept(self, claim_id: str, terms: tuple[Any, ...], event: dict[str, Any]) -> None:

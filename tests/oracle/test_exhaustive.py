@@ -14,7 +14,9 @@ from kvclaims.oracle.known_disagreements import KNOWN_CHECKER_DISAGREEMENTS, kno
 
 CI_LENGTH = 4
 # (states, traces) per menu at CI_LENGTH; `core` was the whole comparison before issue 26.
-PINNED = {"core": (633, 5730), "whole": (7319, 91440)}
+# `whole` fell from (7319, 91440) when the oracle began comparing terms in one unit (C7): a
+# predicate of 16 tokens and one of 1 block are now one state.
+PINNED = {"core": (633, 5730), "whole": (5945, 77688)}
 
 
 @pytest.fixture(scope="module", params=sorted(PINNED))

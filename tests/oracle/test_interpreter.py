@@ -344,3 +344,17 @@ def test_a_block_outside_the_footprint_of_a_submitted_claim_is_an_identity_viola
     asked = _submitted("A", "hard_protected", 2, 2)
     assert judge(ndjson(asked, stored(1))).outcome == ACCEPTED
     assert judge(ndjson(asked, stored(2))).rule == "identity"
+
+
+def test_terms_in_tokens_and_blocks_without_a_block_size_are_undecidable() -> None:
+    """C7 compares in one unit; a trace without `block_size` cannot convert 16 tokens to blocks,
+    so whether the accepted terms repeat the submitted ones is unknown (never accepted)."""
+    tokens = {**accepted("A", "hard_protected", 1, 1), "event": "resident_claim_submitted"}
+    tokens["predicate"] = {"kind": "leading_prefix_at_least", "tokens": 16}
+    header = {"kvclaims_trace": 1, "usable_blocks": 80}
+    closed = {"event": "trace_closed", "reason": "closed"}
+    events = (tokens, accepted("A", "hard_protected", 1, 1), closed)
+    lines = [json.dumps(header)] + [json.dumps({"seq": i, **e}) for i, e in enumerate(events, 1)]
+    assert judge(("\n".join(lines) + "\n").encode()).outcome == INCONCLUSIVE
+    assert judge(ndjson(tokens, accepted("A", "hard_protected", 1, 1))).outcome == ACCEPTED
+    assert judge(ndjson({**tokens, "predicate": {**tokens["predicate"], "tokens": 17}}, accepted("A", "hard_protected", 1, 1))).outcome == REJECTED

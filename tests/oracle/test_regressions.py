@@ -19,6 +19,12 @@ def accepted(terms: dict) -> Event:
     return ("resident_claim_accepted", terms)
 
 
+def submitted_in_tokens(tokens: int) -> Event:
+    """c2's terms (OFF2) submitted with the predicate counted in tokens."""
+    predicate = {"kind": "leading_prefix_at_least", "tokens": tokens}
+    return ("resident_claim_submitted", {**OFF2, "predicate": predicate})
+
+
 def materialized(claim_id: str, leading: int) -> Event:
     return ("resident_claim_materialized", {"claim_id": claim_id, "leading_blocks": leading})
 
@@ -121,6 +127,13 @@ TWO_BLOCKING_CLAIMS = [
 
 # name -> (violating trace, conforming twin)
 TWINS: dict[str, tuple[list[Event], list[Event]]] = {
+    # Choice C7: acceptance repeats the submitted terms, compared in one unit (block_size 16):
+    # 17 tokens are 2 blocks, not the 1 accepted; 16 tokens are (the oracle compared the
+    # predicate's JSON, so any unit change was "other terms": a false reject).
+    "accepted-terms-in-blocks-differ-from-submitted-tokens": (
+        [submitted_in_tokens(17), accepted(OFF2)],
+        [submitted_in_tokens(16), accepted(OFF2)],
+    ),
     # Class 2: a wall-clock duration (duration_ms, judged on t_ns) is honoured (the oracle
     # judged only duration_steps).
     "expiry-before-duration-ms": (
