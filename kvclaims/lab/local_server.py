@@ -1,15 +1,18 @@
-"""A server this process started on loopback: a free port for it, and the wait until its
-`/health` endpoint answers (vLLM's OpenAI server, vllm-router). The fleet lane, the soak and
-the server tests start theirs with these."""
+"""A server this process started on loopback: a free port for it, the wait until its
+`/health` endpoint answers (vLLM's OpenAI server, vllm-router), and a JSON POST that reads an
+error's body as well (a claim refusal is a 429/503 whose body says why). The fleet lane, the
+soak and the server tests start theirs with these."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 HEALTH_POLL_S = 0.25
 """Pause between two `/health` requests that did not answer 200."""
@@ -57,6 +60,22 @@ def wait_healthy(
             return time.monotonic() - start
         last = failed
         time.sleep(min(HEALTH_POLL_S, max(0.0, deadline - time.monotonic())))
+
+
+def post_json(
+    url: str, body: dict[str, Any], *, headers: dict[str, str] | None = None, timeout_s: float
+) -> tuple[int, Any]:
+    """POST `body` as JSON to `url`: the status and the decoded answer, an HTTP error's as well
+    (raises only when no HTTP answer came, or its body is not JSON)."""
+    request = urllib.request.Request(
+        url, json.dumps(body).encode(), {"Content-Type": "application/json", **(headers or {})}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as error:
+        with error:
+            return error.code, json.loads(error.read())
 
 
 def _health_failure(url: str, timeout_s: float) -> str | None:

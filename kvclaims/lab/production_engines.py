@@ -45,9 +45,11 @@ from kvclaims.lab.engine_lane import (
     llm_kwargs,
     scenario_config,
 )
+from kvclaims.lab.local_server import post_json
 from kvclaims.lab.tiny_model import SERVED_MODEL_NAME, cached_tiny_model
 from kvclaims.vllm_binding.config import DP_RANK_PLACEHOLDER, BindingConfig
 from kvclaims.vllm_binding.faults import LoadFaultPlan
+from kvclaims.vllm_binding.outcome import response_note
 from kvclaims.vllm_binding.plugin import require_supported_vllm
 
 MULTIPROCESS_SOURCE = "vllm engine (vllm.LLM, multiprocess engine core) + kvclaims.vllm_binding"
@@ -198,10 +200,12 @@ def resolved_async_scheduling(requested: bool) -> bool:
 
 @dataclass(frozen=True)
 class Completion:
-    """One completion as the HTTP client saw it."""
+    """One completion as the HTTP client saw it: the status (a refusal is a 429/503 without
+    choices), the finish reason, the claim note (`outcome.response_note`)."""
 
+    status: int
     finish_reason: str | None
-    stop_reason: str | None
+    claim_note: str | None
 
 
 class DataParallelServer:
@@ -311,16 +315,15 @@ class DataParallelServer:
         }
         if claim is not None:
             body["vllm_xargs"] = claim
-        request = urllib.request.Request(
+        status, answer = post_json(
             f"http://127.0.0.1:{self.port}/v1/completions",
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json", "X-data-parallel-rank": str(rank)},
+            body,
+            headers={"X-data-parallel-rank": str(rank)},
+            timeout_s=120,
         )
-        with urllib.request.urlopen(request, timeout=120) as response:
-            answer = json.loads(response.read())
-        choice = answer["choices"][0]
-        stop = choice.get("stop_reason")
-        return Completion(choice.get("finish_reason"), stop if isinstance(stop, str) else None)
+        choices = answer.get("choices") if status == 200 else None
+        finish = choices[0].get("finish_reason") if choices else None
+        return Completion(status, finish, response_note(answer))
 
     def stop(self) -> int | None:
         """SIGTERM, as an orchestrator stops a server; waits for every engine to exit."""

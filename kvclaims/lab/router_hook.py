@@ -26,7 +26,6 @@ because it writes routing events for the fleet lane; the binding package is what
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 import urllib.request
@@ -35,8 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvclaims.lab.local_server import post_json
 from kvclaims.spec.trace import RouteDecided, RouteOutcome, RouteReuseReported, TraceHeader
 from kvclaims.vllm_binding.metadata import NOTE_PREFIX
+from kvclaims.vllm_binding.outcome import response_note
 from kvclaims.vllm_binding.telemetry import TraceSink
 
 PROCESSED = "vllm_router_processed_requests_total"
@@ -213,16 +214,14 @@ class RoutingHook:
     def _complete(
         self, url: str, request_id: str, tokens: Sequence[int], xargs: dict[str, Any] | None
     ) -> dict[str, Any]:
+        """The answer to one completion (a refusal's 429/503 error body too)."""
         body: dict[str, Any] = {"model": self.model, "prompt": list(tokens), "max_tokens": 2}
         if xargs is not None:
             body["vllm_xargs"] = xargs
-        request = urllib.request.Request(
-            f"{url}/v1/completions",
-            json.dumps(body).encode(),
-            {"Content-Type": "application/json", "X-Request-Id": request_id},
+        _, answer = post_json(
+            f"{url}/v1/completions", body, headers={"X-Request-Id": request_id}, timeout_s=HTTP_TIMEOUT_S
         )
-        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as answer:
-            return json.loads(answer.read())
+        return answer if isinstance(answer, dict) else {}
 
     @staticmethod
     def _get(url: str) -> str:
@@ -231,5 +230,4 @@ class RoutingHook:
 
 
 def _note(answer: Mapping[str, Any]) -> str:
-    choices = answer.get("choices") or [{}]
-    return str(choices[0].get("stop_reason") or "")
+    return response_note(answer) or ""

@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from kvclaims.lab.local_server import free_port, wait_healthy
+from kvclaims.vllm_binding.metadata import NOTE_PREFIX
+from kvclaims.vllm_binding.outcome import response_note
 
 BLOCK = 32
 VOCABULARY = 500
@@ -43,7 +45,6 @@ engine core)."""
 MAX_MODEL_LEN = 736
 SERVED_NAME = "kvclaims-tiny"
 STARTUP_TIMEOUT_S = 600.0
-NOTE = "kvclaims:"
 
 
 def prompt(tag: str, blocks: int, extra: int = 1) -> list[int]:
@@ -296,16 +297,15 @@ class _Shared:
         return True
 
 
-def classify(status: int, body: dict[str, Any] | None) -> str:
-    """A response as one outcome name: `http_<status>`, a claim note's kind (`claim_accepted`,
-    `claim_rejected`, `refused_capacity`, ...), or `served` (no note)."""
-    if status != 200 or body is None:
-        return f"http_{status}"
-    choice = body["choices"][0]
-    note = choice.get("stop_reason")
-    if not isinstance(note, str) or not note.startswith(NOTE):
-        return "served" if choice.get("finish_reason") != "abort" else "aborted"
-    kind = note[len(NOTE) :].split(":", 2)
+def classify(status: int, body: object) -> str:
+    """A response as one outcome name: a claim note's kind (`claim_accepted`, `claim_rejected`,
+    `refused_capacity` (a 429), ...), else `http_<status>`, or `served` (a 200 without a note)."""
+    note = response_note(body)
+    if note is None:
+        if status != 200 or not isinstance(body, dict):
+            return f"http_{status}"
+        return "served" if body["choices"][0].get("finish_reason") != "abort" else "aborted"
+    kind = note[len(NOTE_PREFIX) :].split(":", 2)
     if kind[0] == "refused":
         return f"refused_{kind[1]}"
     return kind[0]
@@ -328,7 +328,7 @@ async def _client(index: int, url: str, shared: _Shared, result: SoakResult, htt
         start = time.monotonic()
         try:
             answer = await http.post(f"{url}/v1/completions", json=body, timeout=plan.request_timeout_s)
-            status, payload = answer.status_code, (answer.json() if answer.status_code == 200 else None)
+            status, payload = answer.status_code, _json_or_none(answer)
         except Exception as error:  # a transport failure is an outcome here
             result.note(owner, f"transport_{type(error).__name__}")
             continue
@@ -344,6 +344,13 @@ async def _client(index: int, url: str, shared: _Shared, result: SoakResult, htt
             held = shared.claims[owner]
             gone = xargs["kvclaims_claim_id"]
             held[:] = [c for c in held if c[0] != gone]
+
+
+def _json_or_none(answer: Any) -> object:
+    try:
+        return answer.json()
+    except ValueError:  # vLLM's plain-text errors
+        return None
 
 
 def _hostile_kind(rng: random.Random) -> str:

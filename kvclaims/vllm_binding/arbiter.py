@@ -1165,6 +1165,9 @@ class ClaimArbiter:
 
     def _refuse(self, request: Request, stop_reason: str) -> None:
         self._deferred.discard(request.request_id)
+        book = self._books.get(request.request_id)
+        if book is not None:  # the refusal is what became of its claim operation
+            book.claim_note = None
         request.stop_reason = stop_reason
         self._s.finish_requests([request.request_id], RequestStatus.FINISHED_ABORTED)
         self._refusals.append(

@@ -122,6 +122,38 @@ def parse_note(stop_reason: object) -> Outcome | None:
     return Outcome(outcome, detail, stop)
 
 
+def response_note(document: object) -> str | None:
+    """The claim note a completion response carries (a 200's first choice or the response; a
+    429/503 refusal's body), in the trace's words as the engine wrote it
+    (`kvclaims:claim_accepted:<id>`, `kvclaims:refused:<reason>:<own ids>;others=<n>;...`), or
+    None when it carries no `kvclaims` object: the inverse of `Outcome.body`, for clients."""
+    if not isinstance(document, dict):
+        return None
+    choices = document.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+    found = first.get("kvclaims", document.get("kvclaims"))
+    if not isinstance(found, dict) or not isinstance(found.get("outcome"), str):
+        return None
+    return NOTE_PREFIX + _detail_of(found)
+
+
+def _detail_of(found: dict[str, Any]) -> str:
+    outcome = found["outcome"]
+    if outcome == "refused":
+        parts = [",".join(found.get("own_blocking_claim_ids") or ())]
+        shown = {"outcome", "reason", "own_blocking_claim_ids"}
+        parts += [
+            f"{'others' if key == 'other_blocking_claims' else key}={value}"
+            for key, value in found.items()
+            if key not in shown
+        ]
+        return f"refused:{found.get('reason')}:{';'.join(parts)}"
+    if outcome == "claim_rejected":
+        return f"claim_rejected:{found.get('claim_id') or '-'}:{found.get('reason')}"
+    subject = found.get("claim_id" if outcome.startswith("claim_") else "detail")
+    return f"{outcome}:{subject}"
+
+
 def quoted(text: str) -> str:
     """`text` safe inside a quoted header parameter."""
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("\r", " ").replace("\n", " ")

@@ -104,10 +104,11 @@ def test_two_data_parallel_engines_write_one_accepted_trace_each(tmp_path: Path)
     finally:
         code = server.stop()
     assert code == 0, server.log_path.read_text(errors="replace")[-3000:]
-    assert held.finish_reason == "length"
-    assert refused.finish_reason == "abort"
-    assert refused.stop_reason.startswith("kvclaims:refused:capacity:claim:H;others=0;")
-    assert served.finish_reason == "length" and served.stop_reason is None
+    assert (held.status, held.finish_reason) == (200, "length")
+    assert held.claim_note == "kvclaims:claim_accepted:claim:H"
+    assert (refused.status, refused.finish_reason) == (429, None)
+    assert refused.claim_note.startswith("kvclaims:refused:capacity:claim:H;others=0;")
+    assert (served.status, served.finish_reason, served.claim_note) == (200, "length", None)
     first, second = server.trace(0), server.trace(1)
     assert first != second and first.exists() and second.exists()
     for trace in (first, second):

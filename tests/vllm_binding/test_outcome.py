@@ -11,7 +11,7 @@ from typing import Any
 
 from kvclaims.spec.capacity import CapacityProof
 from kvclaims.vllm_binding.http import CLAIM_HEADER, ClaimMetadataMiddleware
-from kvclaims.vllm_binding.outcome import note_with_stop, parse_note, refusal_note
+from kvclaims.vllm_binding.outcome import note_with_stop, parse_note, refusal_note, response_note
 
 SEP = "\x1f"
 
@@ -258,3 +258,31 @@ def test_a_claim_operation_with_several_choices_is_refused_before_vllm_runs_it_t
         assert reply.status == 400 and f"{name}=2" in reply.json()["error"]["message"]
     plain = call(Answering([completion(None)], b"application/json"), {"model": "m", "prompt": [1], "n": 2})
     assert plain.status == 200
+
+
+NOTES = (
+    "kvclaims:claim_accepted:t:sys",
+    "kvclaims:claim_attached:t:a:b",
+    "kvclaims:claim_released:t:sys",
+    "kvclaims:claim_demoted:t:sys",
+    "kvclaims:claim_rejected:-:kvclaims_claim_id is required",
+    "kvclaims:claim_rejected:t:sys:attach: no such live claim",
+    "kvclaims:load_failed:disk",
+    REFUSAL,
+    "kvclaims:refused:capacity:;others=3;protected_resident_blocks=8;active_live_blocks_required=21;"
+    "resident_plus_active_blocks=29;usable_blocks=23;capacity_shortfall_blocks=6",
+    "kvclaims:refused:restoration_failed:t:sys",
+    "kvclaims:refused:checkpoint_mismatch:t:sys",
+)
+
+
+def test_a_client_reads_back_the_note_the_engine_wrote_from_any_response() -> None:
+    for note in NOTES:
+        finish = "abort" if note.startswith("kvclaims:refused:") else "length"
+        reply = call(Answering([completion(note + SEP + "7", finish)], b"application/json"), REQUEST)
+        assert (reply.status == 200) == (finish == "length"), note
+        assert response_note(reply.json()) == note
+    plain = call(Answering([completion(None, "length")], b"application/json"), REQUEST)
+    assert response_note(plain.json()) is None
+    assert response_note({"error": {"message": "bad"}}) is None
+    assert response_note([1]) is None

@@ -67,7 +67,7 @@ def test_watch_reports_the_live_servers_planted_violation_and_sigint_still_close
         source, _ = complete(
             client, tokens + engine_prompt("source:tail", 5), claim("claim:A", "offloadable", 4)
         )
-        assert source.model_extra["stop_reason"] == "kvclaims:claim_accepted:claim:A"
+        assert source.model_extra["kvclaims"] == {"outcome": "claim_accepted", "claim_id": "claim:A"}
         # watch is following (started and caught up) before the violation: what is measured
         # below is its delay, not its start-up
         progress, _ = watch_line(watcher, "events")

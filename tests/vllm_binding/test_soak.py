@@ -55,9 +55,12 @@ def post(
 
 
 def note(answer: tuple[int, Any]) -> str | None:
+    """The claim note a served (200) response carries back to the client."""
+    from kvclaims.vllm_binding.outcome import response_note
+
     status, body = answer
     assert status == 200, body
-    return body["choices"][0]["stop_reason"]
+    return response_note(body)
 
 
 def test_sigkill_mid_soak_leaves_a_truncated_prefix_and_a_restart_starts_a_new_stream(
@@ -98,10 +101,11 @@ def test_sigkill_mid_soak_leaves_a_truncated_prefix_and_a_restart_starts_a_new_s
         }
         hold["kvclaims_footprint_blocks"] = 10
         assert note(post(second.url, prompt("probe", 10), hold)) == "kvclaims:claim_accepted:probe:hold"
-        _, body = post(second.url, prompt("probe-big", 21), max_tokens=20)
-        assert body["choices"][0]["finish_reason"] == "abort"
-        assert body["choices"][0]["stop_reason"].startswith("kvclaims:refused:capacity:")
-        assert "probe:hold" in body["choices"][0]["stop_reason"]
+        status, body = post(second.url, prompt("probe-big", 21), max_tokens=20)
+        assert status == 429 and body["error"]["type"] == "kvclaims_refused", body
+        assert body["kvclaims"]["reason"] == "capacity"
+        assert body["kvclaims"]["own_blocking_claim_ids"] == []  # probe:hold is another owner's
+        assert body["kvclaims"]["other_blocking_claims"] == 1
         release = {"kvclaims_claim_id": "probe:hold", "kvclaims_owner": "probe", "kvclaims_op": "release"}
         assert note(post(second.url, prompt("r", 1), release)) == "kvclaims:claim_released:probe:hold"
 
