@@ -49,7 +49,9 @@ def run(args: argparse.Namespace) -> int:
     if args.check is not None:
         drifted = [Path(args.check) / name for name in drifted_schemas(Path(args.check))]
         if args.docs is not None and not drifted:
-            drifted += [args.docs / name for name in drifted_docs(Path(args.check), args.docs, rule_event_docs)]
+            drifted += [
+                args.docs / name for name in drifted_docs(Path(args.check), args.docs, rule_event_docs)
+            ]
         fix = f"kvclaims schema -o {args.check}" + (f" --docs {args.docs}" if args.docs else "")
         for path in drifted:
             stderr_console().print(f"drifted: {path} (run: {fix})")

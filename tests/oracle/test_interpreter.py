@@ -357,4 +357,12 @@ def test_terms_in_tokens_and_blocks_without_a_block_size_are_undecidable() -> No
     lines = [json.dumps(header)] + [json.dumps({"seq": i, **e}) for i, e in enumerate(events, 1)]
     assert judge(("\n".join(lines) + "\n").encode()).outcome == INCONCLUSIVE
     assert judge(ndjson(tokens, accepted("A", "hard_protected", 1, 1))).outcome == ACCEPTED
-    assert judge(ndjson({**tokens, "predicate": {**tokens["predicate"], "tokens": 17}}, accepted("A", "hard_protected", 1, 1))).outcome == REJECTED
+    assert (
+        judge(
+            ndjson(
+                {**tokens, "predicate": {**tokens["predicate"], "tokens": 17}},
+                accepted("A", "hard_protected", 1, 1),
+            )
+        ).outcome
+        == REJECTED
+    )

@@ -12,13 +12,16 @@ from kvclaims.refinement import Outcome
 from kvclaims.solver import capacity_proofs, lifecycle_proofs, rule_proofs
 from kvclaims.solver.obligations import all_obligations
 from kvclaims.statemachine.system import table
+from tests.statemachine import cells_claims, cells_requests, test_choke_points
 from tests.statemachine.hostile import check
-from tests.statemachine.test_choke_points import CASES, HEADERS
+
+CASES = [*test_choke_points.CASES, *cells_claims.CASES, *cells_requests.CASES]
+HEADERS = {**test_choke_points.HEADERS, **cells_claims.HEADERS, **cells_requests.HEADERS}
 
 SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "trace-v1-event.schema.json"
 VOCABULARY = table.vocabulary(json.loads(SCHEMA.read_text()))
 
-PAIRS: dict[tuple[str, str], list[tuple[str, str]]] = {
+CHOKE_POINT_PAIRS: dict[tuple[str, str], list[tuple[str, str]]] = {
     ("duration.judged_on_every_clock_when_protection_ends", "resident_claim_expired"): [
         ("expiry-early", "expiry-on-time")
     ],
@@ -55,6 +58,18 @@ PAIRS: dict[tuple[str, str], list[tuple[str, str]]] = {
     ],
 }
 """Cell -> (violating case, conforming twin), by name in `test_choke_points.CASES`."""
+
+PAIRS = {
+    cell: [
+        *CHOKE_POINT_PAIRS.get(cell, []),
+        *cells_claims.PAIRS.get(cell, []),
+        *cells_requests.PAIRS.get(cell, []),
+    ]
+    for cell in {*CHOKE_POINT_PAIRS, *cells_claims.PAIRS, *cells_requests.PAIRS}
+}
+"""Every cell's pairs, from the three case modules."""
+
+CASE_NAMES = [name for name, *_ in CASES]
 
 CELLS_WITHOUT_A_PAIR = 54
 """The cells no pair covers yet (published in the report); a new cell without a pair fails."""
@@ -121,4 +136,22 @@ def test_the_committed_rule_event_table_matches_the_schema() -> None:
     from kvclaims.spec.schema_docs import drifted_docs
 
     docs = SCHEMA.parents[1] / "docs"
-    assert drifted_docs(SCHEMA.parent, docs, table.render_docs) == [], "run: kvclaims schema --out schemas --docs docs"
+    assert drifted_docs(SCHEMA.parent, docs, table.render_docs) == [], (
+        "run: kvclaims schema --out schemas --docs docs"
+    )
+
+
+def test_case_names_are_unique_across_the_case_modules() -> None:
+    assert sorted(n for n in set(CASE_NAMES) if CASE_NAMES.count(n) > 1) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "events", "outcome", "rule"),
+    [*cells_claims.CASES, *cells_requests.CASES],
+    ids=[c[0] for c in (*cells_claims.CASES, *cells_requests.CASES)],
+)
+def test_cell_case_verdict(name: str, events: list, outcome: Outcome, rule: object) -> None:
+    verdict = check(events, HEADERS.get(name))
+    assert verdict.outcome is outcome, verdict.reason
+    if rule is not None:
+        assert f"[{rule.value}]" in verdict.reason  # type: ignore[attr-defined]
