@@ -42,7 +42,6 @@ from kvclaims.cli._common import json_option, print_json, runs
 from kvclaims.spec.errors import InputError, Problem
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
-MIDDLEWARE = "kvclaims.vllm_binding.http.ClaimMetadataMiddleware"
 
 DEFAULTS: tuple[tuple[str, str], ...] = (
     ("--host", "127.0.0.1"),
@@ -74,6 +73,7 @@ def server_command(model: str, arguments: Sequence[str], *, cpu: bool) -> tuple[
     to print it. Raises `InputError` for conflicting or malformed options."""
     options, passed = _options().parse_known_args(list(arguments))
     from kvclaims.vllm_binding.config import BindingConfig, OffloadSettings
+    from kvclaims.vllm_binding.http import MIDDLEWARE
 
     for flag in OWNED:
         if _given(passed, flag):

@@ -49,6 +49,7 @@ from kvclaims.lab.local_server import post_json
 from kvclaims.lab.tiny_model import SERVED_MODEL_NAME, cached_tiny_model
 from kvclaims.vllm_binding.config import DP_RANK_PLACEHOLDER, BindingConfig
 from kvclaims.vllm_binding.faults import LoadFaultPlan
+from kvclaims.vllm_binding.http import MIDDLEWARE
 from kvclaims.vllm_binding.outcome import response_note
 from kvclaims.vllm_binding.plugin import require_supported_vllm
 
@@ -249,6 +250,8 @@ class DataParallelServer:
             str(self.engines),
             "--data-parallel-backend",
             "mp",
+            "--middleware",
+            MIDDLEWARE,
             "--skip-tokenizer-init",
             "--enforce-eager",
             "--dtype",

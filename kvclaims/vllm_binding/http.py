@@ -65,6 +65,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 MAX_BODY_BYTES = 64 << 20
 """Bodies up to this size are inspected; larger ones pass through unread."""
 
+MIDDLEWARE = f"{__name__}.ClaimMetadataMiddleware"
+"""What vLLM's `--middleware` names to install the boundary."""
 CLAIM_HEADER = b"x-kvclaims-claim"
 """Response header naming a claim operation the boundary rejected."""
 

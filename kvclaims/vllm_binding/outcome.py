@@ -126,15 +126,17 @@ def response_note(document: object) -> str | None:
     """The claim note a completion response carries (a 200's first choice or the response; a
     429/503 refusal's body), in the trace's words as the engine wrote it
     (`kvclaims:claim_accepted:<id>`, `kvclaims:refused:<reason>:<own ids>;others=<n>;...`), or
-    None when it carries no `kvclaims` object: the inverse of `Outcome.body`, for clients."""
+    None when it carries none: the inverse of `Outcome.body`, for clients (from a server without
+    the HTTP boundary, the note in the choice's `stop_reason`)."""
     if not isinstance(document, dict):
         return None
     choices = document.get("choices")
     first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
     found = first.get("kvclaims", document.get("kvclaims"))
-    if not isinstance(found, dict) or not isinstance(found.get("outcome"), str):
-        return None
-    return NOTE_PREFIX + _detail_of(found)
+    if isinstance(found, dict) and isinstance(found.get("outcome"), str):
+        return NOTE_PREFIX + _detail_of(found)
+    bare = parse_note(first.get("stop_reason"))  # a server without the HTTP boundary
+    return None if bare is None else f"{NOTE_PREFIX}{bare.outcome}:{bare.detail}"
 
 
 def _detail_of(found: dict[str, Any]) -> str:

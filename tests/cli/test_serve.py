@@ -8,9 +8,10 @@ import sys
 
 import pytest
 
-from kvclaims.cli.serve import MIDDLEWARE, SERVER_MODULE, server_command, server_environment
+from kvclaims.cli.serve import SERVER_MODULE, server_command, server_environment
 from kvclaims.spec.errors import InputError
 from kvclaims.vllm_binding.config import BindingConfig
+from kvclaims.vllm_binding.http import MIDDLEWARE
 
 
 def option(command: list[str], flag: str) -> str:

@@ -284,5 +284,7 @@ def test_a_client_reads_back_the_note_the_engine_wrote_from_any_response() -> No
         assert response_note(reply.json()) == note
     plain = call(Answering([completion(None, "length")], b"application/json"), REQUEST)
     assert response_note(plain.json()) is None
+    bare = json.loads(completion("kvclaims:claim_accepted:t:sys" + SEP + "7"))  # no boundary
+    assert response_note(bare) == "kvclaims:claim_accepted:t:sys"
     assert response_note({"error": {"message": "bad"}}) is None
     assert response_note([1]) is None
