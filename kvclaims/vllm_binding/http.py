@@ -145,10 +145,7 @@ def request_problem(body: bytes) -> dict[str, Any] | None:
     choices (`n` or `best_of` above 1: vLLM would run one operation per choice)."""
     if KEY_PREFIX.encode() not in body:
         return None
-    try:
-        document = json.loads(body)
-    except ValueError:
-        return None
+    document = _json_or_none(body)
     if not isinstance(document, dict):
         return None
     misplaced = sorted(k for k in document if isinstance(k, str) and k.startswith(KEY_PREFIX))
@@ -187,16 +184,12 @@ class OpenApiWithOutcome:
         if message.get("more_body", False):
             return
         body = b"".join(self.chunks)
-        try:
-            document = json.loads(body)
-        except ValueError:
-            document = None
+        document = _json_or_none(body)
         if isinstance(document, dict):
             components = document.setdefault("components", {})
             components.setdefault("schemas", {})["KvclaimsOutcome"] = OPENAPI_SCHEMA
             body = json.dumps(document).encode()
-        headers = [(k, v) for k, v in self.start.get("headers", []) if k.lower() != b"content-length"]
-        headers.append((b"content-length", str(len(body)).encode()))
+        headers = _replaced(self.start.get("headers", []), b"content-length", str(len(body)).encode())
         await self.send({**self.start, "headers": headers})
         await self.send({"type": "http.response.body", "body": body})
 
@@ -239,11 +232,9 @@ class OutcomeResponse:
         self.started = True
         headers = list(self.start.get("headers", []))
         if claim is not None:
-            headers = [(k, v) for k, v in headers if k.lower() != CLAIM_HEADER]
-            headers.append((CLAIM_HEADER, claim.encode("ascii", "replace")))
+            headers = _replaced(headers, CLAIM_HEADER, claim.encode("ascii", "replace"))
         if length is not None:
-            headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
-            headers.append((b"content-length", str(length).encode()))
+            headers = _replaced(headers, b"content-length", str(length).encode())
         await self.send({**self.start, "headers": headers})
 
     async def _whole(self, message: Message) -> None:
@@ -251,10 +242,7 @@ class OutcomeResponse:
         if message.get("more_body", False):
             return
         body = b"".join(self.chunks)
-        try:
-            document = json.loads(body)
-        except ValueError:
-            document = None
+        document = _json_or_none(body)
         outcome = _rewrite(document) if isinstance(document, dict) else None
         if outcome is None:
             await self._send_start(None)
@@ -293,6 +281,18 @@ class OutcomeResponse:
             await self._send_start(claim)
         if rewritten or not more:
             await self.send({"type": "http.response.body", "body": rewritten, "more_body": more})
+
+
+def _json_or_none(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
+def _replaced(headers: list[tuple[bytes, bytes]], name: bytes, value: bytes) -> list[tuple[bytes, bytes]]:
+    """`headers` with `name` (any case) set to `value` alone."""
+    return [(k, v) for k, v in headers if k.lower() != name] + [(name, value)]
 
 
 def _rewrite(document: dict[str, Any]) -> Outcome | None:
@@ -348,10 +348,7 @@ def _carries_output(document: dict[str, Any]) -> bool:
 def _event_json(event: bytes) -> object:
     if not event.startswith(b"data: ") or event[6:].strip() == b"[DONE]":
         return None
-    try:
-        return json.loads(event[6:])
-    except ValueError:
-        return None
+    return _json_or_none(event[6:])
 
 
 async def _answer_refusal(send: Send, outcome: Outcome) -> None:
