@@ -162,11 +162,13 @@ def read_exactly(stream: Any, size: int) -> bytes:
     return data
 
 
-def read_lines(stream: IO[bytes], *, max_line: int = MAX_LINE_BYTES) -> Iterator[tuple[int, bytes, bool]]:
-    """Yield `(line_number, content, terminated)` for every line; `terminated` is False only for
-    a last line that had no newline. Raises `TraceInputError` for a line over `max_line` bytes
-    and for a blank line."""
-    number = 0
+def read_lines(
+    stream: IO[bytes], *, max_line: int = MAX_LINE_BYTES, first: int = 1
+) -> Iterator[tuple[int, bytes, bool]]:
+    """Yield `(line_number, content, terminated)` for every line, the first numbered `first`;
+    `terminated` is False only for a last line that had no newline. Raises `TraceInputError`
+    for a line over `max_line` bytes and for a blank line."""
+    number = first - 1
     pending = b""
     while True:
         chunk = stream.read(CHUNK_BYTES)
@@ -307,8 +309,12 @@ class FieldAudit:
 
     def audit(self, content: bytes, line: int, struct: type[msgspec.Struct]) -> None:
         """Raise `TraceInputError` for a duplicate key, a typo'd field or (strict) any unknown
-        field of `content`, a line decoded into `struct`; remember the context fields."""
-        self.fields(exact_document(content, line), line, struct, "")
+        field of `content`, a line decoded into `struct`, and for an integer outside 64 bits
+        anywhere in it (a context field's too: the decoder skips what it does not know);
+        remember the context fields."""
+        document = exact_document(content, line)
+        check_integers(document, line)
+        self.fields(document, line, struct, "")
 
     def fields(self, document: Any, line: int, struct: type[msgspec.Struct], prefix: str) -> None:
         """Audit the keys of `document` against the fields of `struct`'s model, and those of a

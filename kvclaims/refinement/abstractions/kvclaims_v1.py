@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import json
 import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
@@ -31,16 +32,23 @@ from kvclaims.refinement.reader import (
     FieldAudit,
     HeaderInfo,
     Sink,
+    UnknownEvent,
     check_integers,
     decode_json,
     exact_document,
     explain_event_line,
+    field_of,
     ordering_error,
     parse_error,
+    read_lines,
 )
 from kvclaims.spec.trace_structs import HEADER
 
 FORMAT = "kvclaims-v1"
+
+REFERENCE_ENVIRONMENT = "KVCLAIMS_REFERENCE_READER"
+"""Set to `1` to read every trace v1 event line by the reference path (`read_reference`):
+the verdicts' ground truth for the fast path, many times slower."""
 
 
 def detect(record: Any) -> bool:
@@ -90,12 +98,18 @@ class KvclaimsV1Source:
         A large regular file is read ahead (`kvclaims.refinement.read_ahead`): a child process
         decodes and audits its clean chunks while this one checks them; at the first chunk the
         child cannot pass as clean, or wherever it stops, this process goes on from the last
-        chunk it received, as if it had read everything before itself."""
+        chunk it received, as if it had read everything before itself.
+
+        With `KVCLAIMS_REFERENCE_READER=1` every line is read by the reference path instead
+        (`_read_reference`)."""
         stream = self._stream
         position = (1, 0, -1)  # line number, event index, last seq
         chunks: Iterable[bytes] = itertools.chain(
             (self._pending,), iter(lambda: stream.read(CHUNK_BYTES), b"")
         )
+        if os.environ.get(REFERENCE_ENVIRONMENT) == "1":
+            self._read_reference(sink, chunks)
+            return
         at = self._events_at
         if at is not None and _worth_reading_ahead(*at[:2]):
             fd, offset, grid = at
@@ -206,6 +220,80 @@ class KvclaimsV1Source:
             raise ordering_error(event.seq, last_seq, number)
         sink.feed(event, number, index)
         return event.seq
+
+    def _read_reference(self, sink: Sink, chunks: Iterable[bytes]) -> None:
+        """The reference path: each line by itself, parsed exactly by Python's `json` (every
+        key kept, a duplicate refused), its keys audited, its integers bounded, then validated
+        into its Struct from the parsed document (`msgspec.convert`), its seq compared with the
+        previous one, and fed alone. No length proof, no decoding from bytes, no chunk runs,
+        no read ahead: what the fast path must agree with, verdict for verdict."""
+        index = 0
+        last_seq = -1
+        lines = read_lines(_Joined(chunks), max_line=self._max_line, first=2)
+        try:
+            for number, content, terminated in lines:
+                event, last_seq = reference_event(content, number, terminated, last_seq, self.audit)
+                if type(event) is UnknownEvent:
+                    sink.unknown(event.name, number, index)
+                else:
+                    sink.feed(event, number, index)
+                index += 1
+        finally:
+            self.records = index
+
+
+class _Joined:
+    """A stream of the given chunks (the reference path reads through `read_lines`)."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = iter(chunks)
+
+    def read(self, size: int = -1) -> bytes:
+        return next(self._chunks, b"")
+
+
+def reference_event(
+    content: bytes, number: int, terminated: bool, last_seq: int, audit: FieldAudit
+) -> tuple[Any, int]:
+    """One event line read by the reference path (`_read_reference`): its Struct, or an
+    `UnknownEvent` for a type trace v1 does not define, with its seq; raises a located
+    `TraceInputError` for anything else."""
+    document = _exact_json(content, number, terminated)
+    if not isinstance(document, dict):
+        raise parse_error("an event line must be a JSON object", number)
+    name = document.get("event")
+    if not isinstance(name, str):
+        raise parse_error("event line has no string 'event' field", number, "event")
+    seq = document.get("seq")
+    if type(seq) is not int or seq < 0:
+        raise parse_error("event line has no non-negative integer 'seq'", number, "seq")
+    check_integers(document, number)
+    struct = EVENT_STRUCTS.get(name)
+    if struct is None:
+        if seq <= last_seq:
+            raise ordering_error(seq, last_seq, number)
+        return UnknownEvent(name), seq
+    audit.fields(document, number, struct, "")
+    try:
+        event = msgspec.convert(document, struct)
+    except msgspec.ValidationError as error:
+        raise parse_error(f"invalid {name}: {error}", number, field_of(str(error))) from None
+    if event.seq <= last_seq:
+        raise ordering_error(event.seq, last_seq, number)
+    return event, event.seq
+
+
+def _exact_json(content: bytes, number: int, terminated: bool) -> Any:
+    """`exact_document`, but a line Python's `json` cannot parse at all is worded as the reader
+    words it (a truncated last line, bad JSON), whichever parser noticed."""
+    try:
+        json.loads(content)
+    except UnicodeDecodeError:
+        pass  # exact_document words it
+    except ValueError as error:
+        if not terminated:
+            raise parse_error(f"truncated last line (no newline, not valid JSON: {error})", number) from None
+    return exact_document(content, number)
 
 
 READ_AHEAD_BYTES = 8 << 20
