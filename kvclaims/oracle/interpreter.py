@@ -290,7 +290,10 @@ class Oracle(RequestsAndBlocks):
                 )
             if checkpoint["boundary"] != claim.required:
                 raise Violation(TWO_KEY, f"{claim.claim_id}: checkpoint boundary is not the predicate's")
-            claim.checkpoint = (checkpoint["boundary"], checkpoint["value_hash"])
+            key = (checkpoint["boundary"], checkpoint["value_hash"])
+            if claim.checkpoint is not None and claim.checkpoint != key:  # fixed when first recorded
+                raise Violation(TWO_KEY, f"{claim.claim_id}: a second materialization replaced its state key")
+            claim.checkpoint = key
         if claim.leading() < leading:
             if claim.tracked:  # C5: its own blocks must confirm it before its next event
                 claim.unconfirmed = leading
@@ -397,7 +400,7 @@ class Oracle(RequestsAndBlocks):
     def _resident_claim_restored(self, event: dict[str, Any]) -> None:
         claim = self._subject(event)
         request_id = event["request_id"]
-        if claim.phase != "restoring" or request_id not in claim.pending:
+        if request_id not in claim.pending:  # C6: per claim and request (another may be restored)
             raise Violation(OFFLOAD_ORDER, f"restored without a pending restore_required for {request_id}")
         count = event.get("restored_blocks")
         if count is not None:  # C6: the restored leading blocks are back on the device
@@ -409,22 +412,24 @@ class Oracle(RequestsAndBlocks):
             claim.kv_back = True  # C6: the KV key; the value key is the checkpoint
             self._two_key_restored(claim)
             return
-        self._back(claim)
+        self._back(claim, request_id)
 
     def _two_key_restored(self, claim: Claim) -> None:
         if claim.kv_back and claim.value_back:
             claim.kv_back = claim.value_back = claim.in_place = False
-            self._back(claim)
+            for request_id in sorted(claim.pending):
+                self._back(claim, request_id)
 
     @staticmethod
-    def _back(claim: Claim) -> None:
-        """C6, class 5: the claim is resident again. Its tracked blocks must show the predicate
+    def _back(claim: Claim, request_id: str) -> None:
+        """C6, class 5: the claim is resident again for `request_id` (other requests' restores
+        stay pending: each ends restored or failed). Its tracked blocks must show the predicate
         before anything else names it and before the end; an untracked claim's restore counts
         for its request's satisfied reuse only if `restored_blocks` reached the predicate."""
         if claim.required is not None and claim.tracked and not claim.holds():
             claim.unconfirmed = claim.required
-        claim.restored_for |= claim.pending
-        claim.pending.clear()
+        claim.restored_for.add(request_id)
+        claim.pending.discard(request_id)
         claim.phase = "materialized"
         claim.held = True
 
@@ -444,7 +449,7 @@ class Oracle(RequestsAndBlocks):
     def _resident_claim_restoration_failed(self, event: dict[str, Any]) -> None:
         claim = self._subject(event)
         request_id, outcome = event["request_id"], event["outcome"]
-        if claim.phase != "restoring" or request_id not in claim.pending:
+        if request_id not in claim.pending:  # per claim and request, as restored
             raise Violation(
                 OFFLOAD_ORDER, f"restoration_failed without a pending restore_required for {request_id}"
             )
@@ -458,8 +463,9 @@ class Oracle(RequestsAndBlocks):
         if request is not None:
             request.failed.add(claim.claim_id)
         if outcome == "refusal":
-            claim.phase = "offloaded" if not claim.pending else "restoring"
-            claim.kv_back = claim.value_back = False
+            if claim.phase == "restoring":  # else another request's restore brought it back
+                claim.phase = "offloaded" if not claim.pending else "restoring"
+                claim.kv_back = claim.value_back = False
             if request is not None:
                 request.owes_refusal = claim.claim_id
         elif outcome == "demotion":

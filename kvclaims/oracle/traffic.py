@@ -213,7 +213,10 @@ class RequestsAndBlocks(OracleCore):
             return None
         if claim.phase in RETIRED:  # C4: a retired claim's blocks are ordinary cache entries
             return None
-        return claim if position is not None else None
+        if position is None:  # a live claim's block it cannot place is never dropped silently
+            self._undecidable(f"block {event['block_id']} names {claim_id} without a position")
+            return None
+        return claim
 
     def _block_stored(self, event: dict[str, Any]) -> None:
         if event.get("cache_level") is not None and event["cache_level"].lower() not in DEVICE_TIERS:

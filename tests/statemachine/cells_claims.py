@@ -8,13 +8,82 @@ from typing import Any
 
 from kvclaims.refinement import Outcome
 from kvclaims.spec.vocabulary import ConformanceRule as R
-from tests.statemachine.hostile import Event
+from tests.statemachine.hostile import (
+    Event,
+    accept,
+    claim_event,
+    materialized,
+    materialized_claim,
+    reused,
+    stored,
+)
 
-CASES: list[tuple[str, list[Event], Outcome, R | None]] = []
+MS = 1_000_000
+"""t_ns per millisecond."""
+
+REFRESHED = {"mode": "expiring", "duration_ms": 100, "t_ns": 0, "refresh_on_hit": True}
+"""An expiring claim promising 100 ms from acceptance at t_ns 0, its clock restarted by a hit."""
+
+CASES: list[tuple[str, list[Event], Outcome, R | None]] = [
+    # an event that names a claim names a decided one: a rejected claim cannot be released
+    (
+        "release-of-a-rejected-claim",
+        [{"event": "resident_claim_rejected", "claim_id": "C", "reason": "budget"}, claim_event("released")],
+        Outcome.rejected,
+        R.identity,
+    ),
+    ("release-of-an-accepted-claim", [accept(), claim_event("released")], Outcome.accepted, None),
+    ("materialized-before-its-acceptance", [materialized(), accept()], Outcome.rejected, R.identity),
+    ("materialized-after-its-acceptance", [accept(), materialized()], Outcome.accepted, None),
+    # a materialized report must reach the predicate (2 leading blocks)
+    (
+        "materialized-short-of-the-predicate",
+        [accept(), stored("C", 0, 100, "h0"), materialized(leading=1)],
+        Outcome.rejected,
+        R.lifecycle,
+    ),
+    (
+        "materialized-at-the-predicate",
+        [accept(), stored("C", 0, 100, "h0"), stored("C", 1, 101, "h1"), materialized(leading=2)],
+        Outcome.accepted,
+        None,
+    ),
+    # a satisfied hit at 80 ms restarts a refresh_on_hit clock: expiring at 150 ms is 70 ms in;
+    # a miss restarts nothing, so the same expiry keeps the 100 ms promise
+    (
+        "expiry-before-the-term-a-hit-restarted",
+        [*materialized_claim(**REFRESHED), reused("r", t_ns=80 * MS), claim_event("expired", t_ns=150 * MS)],
+        Outcome.rejected,
+        R.duration,
+    ),
+    (
+        "expiry-after-a-miss-restarted-nothing",
+        [
+            *materialized_claim(**REFRESHED),
+            reused("r", cached=0, satisfied=False, t_ns=80 * MS),
+            claim_event("expired", t_ns=150 * MS),
+        ],
+        Outcome.accepted,
+        None,
+    ),
+]
 """(name, events, expected outcome, the rule a rejection names or None)."""
 
 HEADERS: dict[str, dict[str, Any]] = {}
 """Case name -> its trace header, where it is not `hostile.HEADER`."""
 
-PAIRS: dict[tuple[str, str], list[tuple[str, str]]] = {}
+PAIRS: dict[tuple[str, str], list[tuple[str, str]]] = {
+    ("identity.events_name_decided_claims", "resident_claim_released"): [
+        ("release-of-a-rejected-claim", "release-of-an-accepted-claim")
+    ],
+    ("identity.events_name_decided_claims", "resident_claim_materialized"): [
+        ("materialized-before-its-acceptance", "materialized-after-its-acceptance")
+    ],
+    ("lifecycle.materialized_prefix_reaches_the_predicate", "resident_claim_materialized"): [
+        ("materialized-short-of-the-predicate", "materialized-at-the-predicate")
+    ],
+    ("duration.judged_on_every_clock_when_protection_ends", "request_reused"): [
+        ("expiry-before-the-term-a-hit-restarted", "expiry-after-a-miss-restarted-nothing")
+    ],
+}
 """Cell (rule, event) -> (violating case, conforming twin), by case name."""

@@ -8,13 +8,105 @@ from typing import Any
 
 from kvclaims.refinement import Outcome
 from kvclaims.spec.vocabulary import ConformanceRule as R
-from tests.statemachine.hostile import Event
+from tests.statemachine.hostile import Event, admitted, claim_event, finished, materialized_claim
 
-CASES: list[tuple[str, list[Event], Outcome, R | None]] = []
+HELD = materialized_claim()
+"""A hard_protected claim C holding 2 of the 64 usable blocks (`hostile.HEADER`)."""
+
+
+def conflict(event: str, protected: int, active: int, shortfall: int | None = None) -> Event:
+    """Request r refused or deferred for capacity, blaming C, with the proof's numbers (the
+    shortfall as the proof computes it unless given)."""
+    total = protected + active
+    return {
+        "event": event,
+        "request_id": "r",
+        "reason": "capacity",
+        "blocking_claim_ids": ["C"],
+        "protected_resident_blocks": protected,
+        "active_live_blocks_required": active,
+        "resident_plus_active_blocks": total,
+        "usable_blocks": 64,
+        "capacity_shortfall_blocks": max(0, total - 64) if shortfall is None else shortfall,
+    }
+
+
+CASES: list[tuple[str, list[Event], Outcome, R | None]] = [
+    # 2 + 63 = 65 blocks in a 64-block pool fall 1 short, not 0
+    (
+        "refusal-with-no-shortfall",
+        [*HELD, conflict("active_request_refused", 2, 63, shortfall=0)],
+        Outcome.rejected,
+        R.capacity_arithmetic,
+    ),
+    (
+        "refusal-with-its-shortfall",
+        [*HELD, conflict("active_request_refused", 2, 63)],
+        Outcome.accepted,
+        None,
+    ),
+    (
+        "deferral-with-no-shortfall",
+        [*HELD, conflict("active_request_deferred", 2, 63, shortfall=0)],
+        Outcome.rejected,
+        R.capacity_arithmetic,
+    ),
+    (
+        "deferral-with-its-shortfall",
+        [*HELD, conflict("active_request_deferred", 2, 63)],
+        Outcome.accepted,
+        None,
+    ),
+    # a released claim is no longer responsible: it cannot be what blocked the request
+    (
+        "refusal-blaming-a-released-claim",
+        [*HELD, claim_event("released"), conflict("active_request_refused", 2, 63)],
+        Outcome.rejected,
+        R.attribution,
+    ),
+    (
+        "refusal-blaming-a-live-claim",
+        [*HELD, claim_event("materialized", leading_blocks=2), conflict("active_request_refused", 2, 63)],
+        Outcome.accepted,
+        None,
+    ),
+    # C reserves 2 blocks: a proof counting 3 protected blocks overstates the pool the model holds
+    (
+        "refusal-counting-a-block-c-does-not-hold",
+        [*HELD, conflict("active_request_refused", 3, 62)],
+        Outcome.rejected,
+        R.capacity_state,
+    ),
+    (
+        "refusal-counting-what-c-holds",
+        [*HELD, conflict("active_request_refused", 2, 63)],
+        Outcome.accepted,
+        None,
+    ),
+    # a request is admitted once (until it finishes)
+    ("admitted-twice", [admitted("r"), admitted("r"), finished("r")], Outcome.rejected, R.lifecycle),
+    ("admitted-once-and-finished", [admitted("r"), finished("r"), finished("r2")], Outcome.accepted, None),
+]
 """(name, events, expected outcome, the rule a rejection names or None)."""
 
 HEADERS: dict[str, dict[str, Any]] = {}
 """Case name -> its trace header, where it is not `hostile.HEADER`."""
 
-PAIRS: dict[tuple[str, str], list[tuple[str, str]]] = {}
+PAIRS: dict[tuple[str, str], list[tuple[str, str]]] = {
+    ("capacity.proof_arithmetic", "active_request_refused"): [
+        ("refusal-with-no-shortfall", "refusal-with-its-shortfall")
+    ],
+    ("capacity.proof_arithmetic", "active_request_deferred"): [
+        ("deferral-with-no-shortfall", "deferral-with-its-shortfall")
+    ],
+    ("attribution.blocking_claims_are_responsible_and_exact", "active_request_refused"): [
+        ("refusal-blaming-a-released-claim", "refusal-blaming-a-live-claim")
+    ],
+    ("capacity.state_each_block_counted_once", "active_request_refused"): [
+        ("refusal-counting-a-block-c-does-not-hold", "refusal-counting-what-c-holds")
+    ],
+    ("requests.move_through_the_request_machine", "active_request_admitted"): [
+        ("admitted-twice", "admitted-once-and-finished")
+    ],
+}
 """Cell (rule, event) -> (violating case, conforming twin), by case name."""
