@@ -231,6 +231,15 @@ WHOLE_MENU: tuple[tuple[str, dict[str, Any]], ...] = (
     ),
     ("block_removed", {"block_id": 2, "block_hash": "h2", "cache_level": "cpu"}),
     ("fault_injected", {"kind": "restore_failure", "claim_id": "c2", "request_id": "r1"}),
+    # paths the hidden hostile cases took: a second request restoring the same claim, a second
+    # state key, a claim-scoped block event without a position
+    ("resident_claim_restore_required", {"claim_id": "c2", "request_id": "r2"}),
+    ("resident_claim_restored", {"claim_id": "c2", "request_id": "r2", "restored_blocks": 1}),
+    (
+        "resident_claim_materialized",
+        {"claim_id": "c2", "leading_blocks": 1, "checkpoint": {**CHECKPOINT, "value_hash": "vb"}},
+    ),
+    ("block_stored", {"block_id": 1, "block_hash": "h1", "claim_id": "c2"}),
 )
 
 MENUS = {"core": CORE_MENU, "full": FULL_MENU, "whole": WHOLE_MENU}

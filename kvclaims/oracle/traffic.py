@@ -16,6 +16,7 @@ from kvclaims.oracle.state import (
     OFFLOAD_ORDER,
     PRESERVING,
     PROOF,
+    RESPONSIBLE,
     RETIRED,
     SETTLED,
     TWO_KEY,
@@ -163,7 +164,8 @@ class RequestsAndBlocks(OracleCore):
             if claim.phase == "materialized" and claim.tracked and not claim.holds():  # C8
                 raise Violation(LIFECYCLE, f"satisfied reuse of {claim.claim_id} while its blocks fail it")
             resumed = event.get("checkpoint")
-            if claim.two_key and resumed is not None:  # rule 7, resumed in place
+            # rule 7, resumed in place; it binds while the runtime is responsible (DESIGN 4)
+            if claim.two_key and resumed is not None and claim.phase in RESPONSIBLE:
                 if claim.checkpoint != (resumed["boundary"], resumed["value_hash"]):
                     raise Violation(
                         TWO_KEY, f"satisfied in-place resume of {claim.claim_id} with another value"

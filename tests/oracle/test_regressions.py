@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvclaims.oracle.exhaustive import BEST1, HARD1, OFF2, encode, refinement_checker
+from kvclaims.oracle.exhaustive import BEST1, HARD1, OFF2, TWOKEY2, encode, refinement_checker
 from kvclaims.oracle.interpreter import ACCEPTED, REJECTED, judge
 
 Event = tuple[str, dict]
@@ -17,6 +17,17 @@ Event = tuple[str, dict]
 
 def accepted(terms: dict) -> Event:
     return ("resident_claim_accepted", terms)
+
+
+def materialized_two_key() -> Event:
+    checkpoint = {"boundary": 1, "payload_hash": "pa", "value_hash": "va"}
+    return ("resident_claim_materialized", {"claim_id": "c2", "leading_blocks": 1, "checkpoint": checkpoint})
+
+
+def resumed_with(value_hash: str) -> Event:
+    """r1 reports a satisfied in-place resume of c2 whose restored state has `value_hash`."""
+    checkpoint = {"boundary": 1, "payload_hash": "pa", "value_hash": value_hash}
+    return ("request_reused", {**reused("c2", 1, True)[1], "checkpoint": checkpoint})
 
 
 def submitted_in_tokens(tokens: int) -> Event:
@@ -127,6 +138,13 @@ TWO_BLOCKING_CLAIMS = [
 
 # name -> (violating trace, conforming twin)
 TWINS: dict[str, tuple[list[Event], list[Event]]] = {
+    # DESIGN 4: the two-key state key binds while the runtime is responsible. A resume with
+    # another value of a materialized claim breaks it; after a release the same reuse is
+    # ordinary cache behaviour (the checker judged it anyway: a false reject).
+    "two-key-resume-with-another-value-binds-only-while-responsible": (
+        [accepted(TWOKEY2), materialized_two_key(), resumed_with("vb")],
+        [accepted(TWOKEY2), ("resident_claim_released", {"claim_id": "c2"}), resumed_with("vb")],
+    ),
     # Choice C7: acceptance repeats the submitted terms, compared in one unit (block_size 16):
     # 17 tokens are 2 blocks, not the 1 accepted; 16 tokens are (the oracle compared the
     # predicate's JSON, so any unit change was "other terms": a false reject).

@@ -29,6 +29,7 @@ from kvclaims.statemachine.system.declarations import Rule
 from kvclaims.statemachine.system.records import (
     _ADMITTED,
     _REQUEST_NEXT,
+    RESPONSIBLE,
     ClaimRecord,
     R,
     RequestRecord,
@@ -228,7 +229,8 @@ class RequestModel:
                 f"blocks; it needs {claim.required}",
                 request_id,
             )
-        if satisfied and claim.profile.two_key and ev.checkpoint is not None:
+        # the state key binds while the runtime is responsible (after a release: ordinary cache)
+        if satisfied and claim.profile.two_key and ev.checkpoint is not None and claim.phase in RESPONSIBLE:
             self._check_resumed_state(claim, ev)
         request = self._request_step(request_id, RequestEvent.reuse, request)
         if satisfied:
