@@ -19,14 +19,6 @@ class Known:
 
 KNOWN_CHECKER_DISAGREEMENTS: tuple[Known, ...] = (
     Known(
-        "oracle rejected/offload_order vs checker accepted/-: restore_required of _ while accepted",
-        "oracle--model--two-key-in-place-without-checkpoint.md",
-    ),
-    Known(  # the same bug, in a trace a block event without a position left undecidable
-        "oracle rejected/offload_order vs checker inconclusive/-: restore_required of _ while accepted",
-        "oracle--model--two-key-in-place-without-checkpoint.md",
-    ),
-    Known(
         "oracle accepted/- vs checker rejected/capacity_state: admitting request _ says "
         "claim_shared_blocks = #, more than the # blocks the claims hold",
         "oracle--model--in-place-restore-holds-no-blocks.md",

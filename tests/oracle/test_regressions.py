@@ -19,6 +19,10 @@ def accepted(terms: dict) -> Event:
     return ("resident_claim_accepted", terms)
 
 
+RESUME_R1: Event = ("resident_claim_restore_required", {"claim_id": "c2", "request_id": "r1"})
+FINISHED_R1: Event = ("request_finished", {"request_id": "r1", "status": "finished"})
+
+
 def materialized_two_key() -> Event:
     checkpoint = {"boundary": 1, "payload_hash": "pa", "value_hash": "va"}
     return ("resident_claim_materialized", {"claim_id": "c2", "leading_blocks": 1, "checkpoint": checkpoint})
@@ -138,6 +142,13 @@ TWO_BLOCKING_CLAIMS = [
 
 # name -> (violating trace, conforming twin)
 TWINS: dict[str, tuple[list[Event], list[Event]]] = {
+    # Seed 002: an in-place resume restores the state key recorded at materialization; a two-key
+    # claim its blocks alone made resident recorded none, so nothing can be restored in place
+    # (the checker let it through).
+    "in-place-resume-without-a-recorded-state-key": (
+        [accepted(TWOKEY2), stored(0, "h0", "c2", 0), RESUME_R1, FINISHED_R1],
+        [accepted(TWOKEY2), stored(0, "h0", "c2", 0), materialized_two_key(), FINISHED_R1],
+    ),
     # DESIGN 4: the two-key state key binds while the runtime is responsible. A resume with
     # another value of a materialized claim breaks it; after a release the same reuse is
     # ordinary cache behaviour (the checker judged it anyway: a false reject).

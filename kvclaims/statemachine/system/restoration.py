@@ -114,6 +114,14 @@ class RestorationModel:
                 request_id,
             )
         resuming = claim.phase is Phase.materialized
+        if resuming and claim.profile.two_key and claim.checkpoint is None:
+            self._claim_fail(
+                claim,
+                R.offload_order,
+                f"restore_required for request {request_id} of a two-key claim that is on the device "
+                "and recorded no state key at materialization: there is nothing to restore in place",
+                request_id,
+            )
         self._advance(claim, Event.require_restore)
         if resuming and claim.phase is Phase.restoring_in_place:
             claim.kv_restored = False  # an in-place resume names its KV key anew too
