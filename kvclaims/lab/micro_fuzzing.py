@@ -89,6 +89,10 @@ CLAIM_MODES = tuple(ProtectionMode)
 _NOT_REUSABLE = frozenset({Phase.absent, Phase.submitted, Phase.rejected, Phase.released})
 """Phases in which no request may name the claim it reuses."""
 
+
+def _resumable_in_place(claim: MicroClaim) -> bool:
+    return claim.spec.two_key and claim.phase is Phase.materialized and claim.checkpoint is not None
+
 JOBS = 3
 JOB_TURN_BLOCKS = (5, 9, 18, 25, 32)
 """An agent job's context per turn (seed 003 4.2), capped at the largest object's size."""
@@ -467,6 +471,20 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
     def restore_offloaded(self, index: int) -> None:
         """Reuse an offloaded claim: restore before reuse (or a claim-scoped failure)."""
         claim = self._pick(self._claims(lambda c: c.phase is Phase.offloaded), index)
+        spec = claim.spec
+        self._run(
+            RequestSpec(
+                self._next("reuse-"), spec.object_id, spec.footprint_blocks, reuse_claim=spec.claim_id
+            )
+        )
+
+    @precondition(lambda self: self._claims(_resumable_in_place))
+    @rule(index=st.integers(0, 63))
+    def resume_in_place(self, index: int) -> None:
+        """Reuse a materialized two-key claim: its checkpoint is restored in place (seed 002),
+        a mismatch if `corrupt_checkpoint` changed its meaning. Targeted like `restore_offloaded`:
+        a general `reuse` picks among every live claim and seldom lands here."""
+        claim = self._pick(self._claims(_resumable_in_place), index)
         spec = claim.spec
         self._run(
             RequestSpec(
