@@ -93,6 +93,7 @@ _NOT_REUSABLE = frozenset({Phase.absent, Phase.submitted, Phase.rejected, Phase.
 def _resumable_in_place(claim: MicroClaim) -> bool:
     return claim.spec.two_key and claim.phase is Phase.materialized and claim.checkpoint is not None
 
+
 JOBS = 3
 JOB_TURN_BLOCKS = (5, 9, 18, 25, 32)
 """An agent job's context per turn (seed 003 4.2), capped at the largest object's size."""
