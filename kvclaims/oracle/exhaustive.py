@@ -240,6 +240,8 @@ WHOLE_MENU: tuple[tuple[str, dict[str, Any]], ...] = (
         {"claim_id": "c2", "leading_blocks": 1, "checkpoint": {**CHECKPOINT, "value_hash": "vb"}},
     ),
     ("block_stored", {"block_id": 1, "block_hash": "h1", "claim_id": "c2"}),
+    # a position's content in a new block (a restore's), beside the other content menus store there
+    _stored(4, "h2", "c2", 0),
 )
 
 MENUS = {"core": CORE_MENU, "full": FULL_MENU, "whole": WHOLE_MENU}

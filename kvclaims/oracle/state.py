@@ -92,6 +92,7 @@ class Claim:
     accepted_ns: int | None = None  # C3: the wall clock's start
     checkpoint: tuple[int, str] | None = None  # (boundary, value_hash) recorded at materialization
     positions: dict[int, set[int]] = field(default_factory=dict)  # position -> the blocks holding it (C4)
+    contents: dict[int, str] = field(default_factory=dict)  # position -> its first stored hash (C4)
     assumed: int = 0  # C5: leading blocks reported materialized in blocks the trace never named
     gone: set[int] = field(default_factory=set)  # assumed positions removed since
     tracked: bool = False  # block events with this claim's id and a position were seen
@@ -134,6 +135,7 @@ class Claim:
         return replace(
             self,
             positions={p: set(b) for p, b in self.positions.items()},
+            contents=dict(self.contents),
             gone=set(self.gone),
             pending=set(self.pending),
             restored_for=set(self.restored_for),
@@ -151,6 +153,7 @@ class Claim:
             self.accepted_ns,
             self.checkpoint,
             tuple(sorted((p, tuple(sorted(b))) for p, b in self.positions.items())),
+            tuple(sorted(self.contents.items())),
             self.assumed,
             tuple(sorted(self.gone)),
             (self.tracked, self.held, self.unconfirmed, self.owes_harm, self.mismatch),

@@ -235,6 +235,10 @@ class RequestsAndBlocks(OracleCore):
         if claim is None:
             return
         position = event["position"]
+        if claim.contents.setdefault(position, block_hash) != block_hash:
+            raise Violation(
+                IDENTITY, f"{claim.claim_id}@{position} stored with another hash than it first was"
+            )
         claim.tracked = True
         before = claim.holds()
         claim.positions.setdefault(position, set()).add(block_id)

@@ -236,6 +236,9 @@ class _Generator:
         self.materialized: list[_LiveClaim] = []
         self.offloaded: list[str] = []
         self.cached: collections.deque[int] = collections.deque()
+        self.contents: dict[int, str] = {}
+        """Claim block id -> its content: a claim's position keeps its content in every block
+        that ever holds it (restored into new blocks, the same hashes)."""
         self.out: list[bytes] = []
 
     def _event(self, event: str, **fields: Any) -> None:
@@ -295,17 +298,18 @@ class _Generator:
     def _store_prefix(self, claim: _LiveClaim) -> None:
         claim.blocks = [self._new_block() for _ in range(claim.footprint)]
         for position, block in enumerate(claim.blocks):
+            content = self.contents[block] = f"h:{claim.claim_id}:{position}"
             self._event(
                 "block_stored",
                 block_id=block,
-                block_hash=f"h{block}",
+                block_hash=content,
                 claim_id=claim.claim_id,
                 position=position,
             )
 
     def _remove_blocks(self, blocks: list[int]) -> None:
         for block in blocks:
-            self._event("block_removed", block_id=block, block_hash=f"h{block}")
+            self._event("block_removed", block_id=block, block_hash=self.contents.pop(block))
 
     def _pick(self, mode: str | None = None) -> _LiveClaim | None:
         recent = self.materialized[-32:]

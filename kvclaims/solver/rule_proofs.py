@@ -632,8 +632,8 @@ _BLOCK_STATE = (
     ("stored_a", False),
     ("stored_b", False),
 )
-"""One block id: the content (hash) it holds, which claims hold it, and the content each
-claim stored into it (the history)."""
+"""One block id, position 0 of two claims: the content (hash) it holds, which claims hold it,
+and the content each claim's position was first stored with (fixed for the claim's life)."""
 
 
 def _block_step(s: State, i: Inputs, with_rule: bool) -> tuple[z3.BoolRef, list[z3.ExprRef]]:
@@ -645,10 +645,13 @@ def _block_step(s: State, i: Inputs, with_rule: bool) -> tuple[z3.BoolRef, list[
     other = z3.And(held, content != h)
     store, remove = kind == _STORE, kind == _REMOVE
     names_holder = z3.Or(claim == -1, z3.Not(held), *[z3.And(claim == c, holds[c]) for c in range(2)])
+    its_content = z3.Or(
+        *[z3.And(claim == c, z3.Or(stored[c] == _NO_CONTENT, stored[c] == h)) for c in range(2)]
+    )
     legal = z3.And(
         h >= 0,
         z3.Or(
-            z3.And(store, z3.Or(claim == 0, claim == 1)),
+            z3.And(store, its_content),
             z3.And(remove, z3.Or(claim == -1, claim == 0, claim == 1), z3.Not(other), names_holder),
         ),
     )
@@ -656,7 +659,7 @@ def _block_step(s: State, i: Inputs, with_rule: bool) -> tuple[z3.BoolRef, list[
     after_holds = [
         z3.If(remove, False, z3.Or(claim == c, z3.And(holds[c], z3.Not(replaced)))) for c in range(2)
     ]
-    after_stored = [z3.If(z3.And(store, claim == c), h, stored[c]) for c in range(2)]
+    after_stored = [z3.If(z3.And(store, claim == c), h, stored[c]) for c in range(2)]  # h == stored or new
     return legal, [z3.If(remove, _NO_CONTENT, h), *after_holds, *after_stored]
 
 

@@ -134,11 +134,13 @@ What the fields mean to the model (the rules are in [DESIGN.md, Refinement](DESI
   position, or a block the trace never stored (then the position goes, unless another block
   holds it: that removal cannot be attributed and is rejected). One content may sit in several
   device blocks (vLLM caches duplicates): a claim position stays present while any block holding
-  it survives. A claim's blocks are followed from its acceptance until it is released or harmed;
-  after that they are ordinary cache entries, and a post-release `resident_claim_lost` is judged
-  by its own numbers (leading_blocks below the predicate). A claim that reported materialization
-  before any block event named it holds the reported prefix at its first block event, whatever
-  its phase then (a demotion removes no block).
+  it survives. A claim position keeps the content it was first stored with, on every path (a
+  restore, a second copy, a re-store after a loss): a block of other content stored for it is a
+  `block_identity` violation. A claim's blocks are followed from its acceptance until it is
+  released or harmed; after that they are ordinary cache entries, and a post-release
+  `resident_claim_lost` is judged by its own numbers (leading_blocks below the predicate).
+  A claim that reported materialization before any block event named it holds the reported
+  prefix at its first block event, whatever its phase then (a demotion removes no block).
 - **Restores.** A restore of a claim whose blocks are followed must be confirmed by them (or by
   its `restored_blocks`, which puts that many leading blocks back) before any other event names
   the claim and before the end, as an unconfirmed materialized report must; a satisfied reuse

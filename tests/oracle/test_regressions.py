@@ -228,7 +228,7 @@ TWINS: dict[str, tuple[list[Event], list[Event]]] = {
     # position 1, so removing block 0 breaks the predicate and no harm is reported.
     "a-position-held-by-two-blocks-survives-one-removal": (
         [accepted(OFF2), stored(0, "h0", "c2", 0), stored(2, "h2", "c2", 1), removed(0, "h0")],
-        [accepted(OFF2), stored(0, "h0", "c2", 0), stored(2, "h2", "c2", 0), removed(0, "h0")],
+        [accepted(OFF2), stored(0, "h0", "c2", 0), stored(2, "h0", "c2", 0), removed(0, "h0")],
     ),
     # Class 5 (choice C6): a restore of a claim whose blocks are tracked must be confirmed by
     # them (or by restored_blocks) before anything else names it and before the end (the checker

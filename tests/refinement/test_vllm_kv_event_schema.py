@@ -165,6 +165,31 @@ def test_removals_are_matched_by_group(tmp_path: Path) -> None:
     assert "resident_claim_lost" not in held
 
 
+def test_a_hybrid_models_groups_hold_one_content_per_position(tmp_path: Path) -> None:
+    """An attention group and a sliding-window group store the same prefix (vLLM publishes one
+    hash per position for every group): one content per position, in a block per group."""
+    window = prefix(group_idx=1, kv_cache_spec_kind="sliding_window", kv_cache_spec_sliding_window=4 * BLOCK)
+    data = capture([prefix(group_idx=0, kv_cache_spec_kind="full_attention"), window])
+    stores = [s for s in steps(tmp_path, data) if s.get("event") == "block_stored"]
+    assert [(s["position"], s["block_hash"]) for s in stores] == [
+        (0, f"gpu:bytes:{H0.hex()}"),
+        (1, f"gpu:bytes:{H1.hex()}"),
+        (0, f"gpu:bytes:{H0.hex()}"),
+        (1, f"gpu:bytes:{H1.hex()}"),
+    ]
+    assert len({s["block_id"] for s in stores}) == 4
+    assert verdict(tmp_path, data).outcome is Outcome.accepted
+
+
+def test_a_position_restored_with_another_hash_is_rejected(tmp_path: Path) -> None:
+    """The prefix's second block is evicted and stored again, with the same tokens under
+    another hash: the position holds other content than it was stored with."""
+    gone = {"type": "BlockRemoved", "block_hashes": [H1], "medium": "GPU", "group_idx": 0}
+    other = stored([b"\x09" * 8], TOKENS[BLOCK:], H0, group_idx=0)
+    result = verdict(tmp_path, capture([prefix(group_idx=0)], [gone], [other]))
+    assert result.outcome is Outcome.rejected and "block_identity" in result.reason
+
+
 def test_an_unnamed_group_in_a_multi_group_stream_fails_closed(tmp_path: Path) -> None:
     data = capture([prefix(group_idx=0), prefix(group_idx=1)])
     assert verdict(tmp_path, data).outcome is Outcome.inconclusive

@@ -14,6 +14,7 @@ from tests.statemachine.hostile import (
     claim_event,
     materialized,
     materialized_claim,
+    removed,
     reused,
     stored,
 )
@@ -69,10 +70,66 @@ CASES: list[tuple[str, list[Event], Outcome, R | None]] = [
 ]
 """(name, events, expected outcome, the rule a rejection names or None)."""
 
+OFFLOADED_AND_RESTORING = [
+    *materialized_claim(),
+    claim_event("offloaded", tier="cpu"),
+    removed("C", 0, 100, "h0"),
+    removed("C", 1, 101, "h1"),
+    claim_event("restore_required", request_id="r"),
+]
+"""The 2-block claim offloaded, its device blocks gone, a restore for request r under way."""
+
+CASES += [
+    # a claim position holds the content it was first stored with, after a restore too: a
+    # restore that brings position 1 back with other content restores another prefix
+    (
+        "restored-with-other-content",
+        [
+            *OFFLOADED_AND_RESTORING,
+            stored("C", 0, 200, "h0"),
+            stored("C", 1, 201, "other"),
+            claim_event("restored", request_id="r"),
+            reused("r"),
+        ],
+        Outcome.rejected,
+        R.block_identity,
+    ),
+    (
+        "restored-with-its-content-in-new-blocks",
+        [
+            *OFFLOADED_AND_RESTORING,
+            stored("C", 0, 200, "h0"),
+            stored("C", 1, 201, "h1"),
+            claim_event("restored", request_id="r"),
+            reused("r"),
+        ],
+        Outcome.accepted,
+        None,
+    ),
+    # a second block of other content never holds the position: once the first block goes,
+    # the predicate has fallen (a harm the trace never reports)
+    (
+        "second-block-of-other-content-for-a-position",
+        [*materialized_claim(), stored("C", 0, 555, "other"), removed("C", 0, 100, "h0"), reused("r")],
+        Outcome.rejected,
+        R.block_identity,
+    ),
+    (
+        "second-block-of-the-same-content-for-a-position",
+        [*materialized_claim(), stored("C", 0, 555, "h0"), removed("C", 0, 100, "h0"), reused("r")],
+        Outcome.accepted,
+        None,
+    ),
+]
+
 HEADERS: dict[str, dict[str, Any]] = {}
 """Case name -> its trace header, where it is not `hostile.HEADER`."""
 
 PAIRS: dict[tuple[str, str], list[tuple[str, str]]] = {
+    ("blocks.a_position_is_held_by_its_stored_content", "block_stored"): [
+        ("restored-with-other-content", "restored-with-its-content-in-new-blocks"),
+        ("second-block-of-other-content-for-a-position", "second-block-of-the-same-content-for-a-position"),
+    ],
     ("identity.events_name_decided_claims", "resident_claim_released"): [
         ("release-of-a-rejected-claim", "release-of-an-accepted-claim")
     ],

@@ -91,6 +91,17 @@ def block_key(medium: str, group: int | None, raw: str) -> str:
     return f"{medium}:{raw}" if group is None else f"{medium}:g{group}/{raw}"
 
 
+def block_content(key: str) -> str:
+    """The content the model reads for the block keyed `key` (`block_key`): its medium and
+    hash, without its KV cache group. A hybrid model's groups each hold a position's content in
+    a block of their own: one content under several block ids, as the model's identity rule
+    (a claim position keeps the content it was stored with) reads it."""
+    medium, rest = key.split(":", 1)
+    group, slash, raw = rest.partition("/")
+    is_group = slash and group[:1] == "g" and group[1:].isdigit()  # a hash text is tagged, never g<n>
+    return f"{medium}:{raw}" if is_group else key
+
+
 @dataclass(frozen=True)
 class Cleared:
     """Every block on `medium` (on every medium when None) left the cache (a prefix-cache
@@ -458,7 +469,12 @@ class Join:
 def _block_step(
     event: str, block_id: int, text: str, medium: str, owner: tuple[str, int] | None
 ) -> dict[str, Any]:
-    step: dict[str, Any] = {"event": event, "block_id": block_id, "block_hash": text, "cache_level": medium}
+    step: dict[str, Any] = {
+        "event": event,
+        "block_id": block_id,
+        "block_hash": block_content(text),
+        "cache_level": medium,
+    }
     if owner is not None:
         step |= {"claim_id": owner[0], "position": owner[1]}
     return step

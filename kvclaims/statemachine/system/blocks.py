@@ -123,7 +123,16 @@ class BlockModel:
 
     def _track(self, claim: ClaimRecord, key: int, position: int) -> None:
         """Block `key` (its content already recorded) now holds `position` of `claim`'s prefix,
-        beside its other holders."""
+        beside its other holders, if it holds the content that position was first stored with."""
+        content = self.block_hash[key]
+        recorded = claim.contents.setdefault(position, content)
+        if recorded != content:
+            self._claim_fail(
+                claim,
+                R.block_identity,
+                f"block {key} stored for position {position} with {content!r}, but that position "
+                f"was stored with {recorded!r}: a claim position holds the content it was stored with",
+            )
         owner = self.block_owner.get(key)
         if owner is None:
             self.block_owner[key] = claim

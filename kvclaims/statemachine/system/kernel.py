@@ -451,6 +451,8 @@ def step_run(state: SystemState, events: Sequence[Any], at: int) -> Violation | 
                         and claim.present is not None
                         and key not in hashes
                         and not claim.present[position]
+                        # the position's first content, or the slow path's `_track` names the rule
+                        and claim.contents.setdefault(position, event.block_hash) == event.block_hash
                     ):
                         owners[key] = claim
                         claim.blocks[key] = position

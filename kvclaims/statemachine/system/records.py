@@ -241,6 +241,7 @@ class ClaimRecord:
         "claim_id",
         "clock_ns",
         "clock_step",
+        "contents",
         "duration_ms",
         "duration_steps",
         "footprint",
@@ -287,6 +288,9 @@ class ClaimRecord:
         self.present: bytearray | None = None
         self.blocks: dict[int, int] = {}
         """Device block ids it is the first holder of -> the position each holds."""
+        self.contents: dict[int, str] = {}
+        """Position -> the content (block hash) it was first stored with: fixed for the claim's
+        life, so a block of other content never holds that position (after a restore either)."""
         self.also_held: set[tuple[int, int]] = _NO_PAIRS  # type: ignore[assignment]
         """(block id, position) it holds beside a block's first holder (one content cached in
         a block another claim stored first)."""
