@@ -9,6 +9,7 @@ from typing import Any, Self
 from kvclaims.oracle.format import _is_int
 from kvclaims.oracle.state import (
     ATTRIBUTION,
+    CAPACITY,
     DURATION,
     IDENTITY,
     LIFECYCLE,
@@ -119,6 +120,16 @@ class OracleCore:
             assumed += top - hidden
         return len(block_ids) + assumed
 
+    def _check_pool(self) -> None:
+        """C1b (seed 001 s. 3.4): whenever a preserving claim comes to hold its predicate on the
+        device (a materialized report, its own blocks, a confirmed restore), the distinct device
+        blocks of the claims that hold theirs there fit in the pool."""
+        if self.pool is None:
+            return
+        held = self._held([c for c in self._reserving() if c.held])
+        if held > self.pool:
+            raise Violation(CAPACITY, f"pool overcommitted: claims hold {held} blocks > {self.pool}")
+
     def _end_responsibility(self, claim: Claim, phase: str) -> None:
         """Demotion, expiry, release, harm: later loss is not harm; pending restores are
         cancelled so their requests may finish (C11, class 12)."""
@@ -133,8 +144,9 @@ class OracleCore:
         now = claim.holds()
         if claim.unconfirmed and claim.leading() >= claim.unconfirmed:
             claim.unconfirmed = 0
-        if claim.on_device() and now:
+        if claim.on_device() and now and not claim.held:
             claim.held = True
+            self._check_pool()
         if before and not now and claim.mode in PRESERVING and claim.on_device() and claim.held:
             claim.owes_harm = True  # seed 001 table 4: loss of an accepted preserving claim is harm
 

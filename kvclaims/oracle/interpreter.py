@@ -301,6 +301,7 @@ class Oracle(RequestsAndBlocks):
                 claim.assumed, claim.gone = leading, set()  # no allocation sized by the number
         claim.phase = "materialized"
         claim.held = True
+        self._check_pool()
 
     # responsibility ends (seed 001 table 4, L4/L5)
 
@@ -420,8 +421,7 @@ class Oracle(RequestsAndBlocks):
             for request_id in sorted(claim.pending):
                 self._back(claim, request_id)
 
-    @staticmethod
-    def _back(claim: Claim, request_id: str) -> None:
+    def _back(self, claim: Claim, request_id: str) -> None:
         """C6, class 5: the claim is resident again for `request_id` (other requests' restores
         stay pending: each ends restored or failed). Its tracked blocks must show the predicate
         before anything else names it and before the end; an untracked claim's restore counts
@@ -432,6 +432,7 @@ class Oracle(RequestsAndBlocks):
         claim.pending.discard(request_id)
         claim.phase = "materialized"
         claim.held = True
+        self._check_pool()
 
     def _resident_claim_checkpoint_restored(self, event: dict[str, Any]) -> None:
         claim = self._subject(event)

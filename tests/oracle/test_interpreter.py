@@ -205,8 +205,15 @@ def test_absurd_sizes_give_a_verdict_without_an_allocation_sized_by_them() -> No
     assert judge(trace).outcome == ACCEPTED
     removed = {"event": "block_removed", "block_id": 1, "block_hash": "h", "claim_id": "A", "position": 5}
     assert (
-        judge(ndjson(accepted("A", "hard_protected", huge, huge), materialized("A", huge), removed)).rule
+        judge(
+            ndjson(accepted("A", "hard_protected", huge, huge), materialized("A", huge), removed, usable=None)
+        ).rule
         == "no_silent_harm"
+    )
+    # in a pool smaller than the claim, its materialization overcommits the pool first (C1b)
+    assert (
+        judge(ndjson(accepted("A", "hard_protected", huge, huge), materialized("A", huge))).rule
+        == "capacity_arithmetic"
     )
 
 

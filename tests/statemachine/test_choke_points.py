@@ -303,8 +303,42 @@ CASES: list[tuple[str, list[Event], Outcome, R | None]] = [
 ]
 
 
+def _restored_beside_others(restore: list[Event], third_blocks: int = 1) -> list[Event]:
+    """C (2 blocks) offloaded and gone; D (2) and E (`third_blocks`) materialize in a pool of 4;
+    then C comes back through `restore`."""
+    away = [claim_event("offloaded", tier="cpu"), removed("C", 0, 100, "h0"), removed("C", 1, 101, "h1")]
+    others = [accept("D"), stored("D", 0, 200, "d0"), stored("D", 1, 201, "d1"), materialized("D")]
+    if third_blocks:
+        others += [accept("E", blocks=1), stored("E", 0, 300, "e0"), materialized("E", leading=1)]
+    return [*materialized_claim(), *away, *others, claim_event("restore_required", request_id="r"), *restore]
+
+
+_BY_BLOCKS = [stored("C", 0, 400, "h0"), stored("C", 1, 401, "h1"), claim_event("restored", request_id="r")]
+_BY_COUNT = [claim_event("restored", request_id="r", restored_blocks=2)]
+POOL = R.capacity_state
+CASES += [
+    # the pool is checked when a restore brings a claim's blocks back, not only at materialization
+    (
+        "restore-by-blocks-past-the-pool",
+        _restored_beside_others(_BY_BLOCKS),
+        Outcome.rejected,
+        R.capacity_state,
+    ),
+    ("restore-by-blocks-in-the-pool", _restored_beside_others(_BY_BLOCKS, 0), Outcome.accepted, None),
+    (
+        "restore-by-count-past-the-pool",
+        _restored_beside_others(_BY_COUNT),
+        Outcome.rejected,
+        R.capacity_state,
+    ),
+    ("restore-by-count-in-the-pool", _restored_beside_others(_BY_COUNT, 0), Outcome.accepted, None),
+]
+
 NO_BLOCK_SIZE = {"kvclaims_trace": 1, "usable_blocks": 64}
-HEADERS = {"tokens-without-block-size": NO_BLOCK_SIZE}
+SMALL_POOL = {"kvclaims_trace": 1, "usable_blocks": 4, "block_size": 16}
+HEADERS = {"tokens-without-block-size": NO_BLOCK_SIZE} | {
+    name: SMALL_POOL for name, *_ in CASES if name.startswith("restore-by-")
+}
 
 
 @pytest.mark.parametrize(("name", "events", "outcome", "rule"), CASES, ids=[c[0] for c in CASES])

@@ -69,6 +69,7 @@ from kvclaims.statemachine.system.records import (
     LIFECYCLE_TABLES,
     RESERVING,
     RESIDENT,
+    RESTORING,
     SCAN_ALLOWANCE,
     SCAN_PER_STEP,
     ClaimRecord,
@@ -259,12 +260,15 @@ class SystemState(
         if claim.profile.preserving:
             if (result in RESERVING) != (before in RESERVING):
                 self.reserved_blocks += claim.footprint if result in RESERVING else -claim.footprint
-            if (result in RESIDENT) != (before in RESIDENT):
+            entering = (result in RESIDENT) != (before in RESIDENT)
+            if entering:
                 self.resident_blocks += claim.footprint if result in RESIDENT else -claim.footprint
-                if result in RESIDENT:
-                    self._check_occupancy(
-                        f"{claim.claim_id} holding its {claim.footprint}-block footprint", joining=claim
-                    )
+            # the pool must fit whenever a claim comes onto the device: materialized, restoring,
+            # and again when its restore is confirmed (its blocks are back by then)
+            if result in RESIDENT and (entering or before in RESTORING):
+                self._check_occupancy(
+                    f"{claim.claim_id} holding its {claim.footprint}-block footprint", joining=claim
+                )
         claim.phase = result  # type: ignore[assignment]
         if result in _SETTLED and claim.pending:
             self._cancel_restorations(claim)

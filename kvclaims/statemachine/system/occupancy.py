@@ -101,8 +101,8 @@ class OccupancyModel:
                 self._count_scan(len(claim.blocks) + len(claim.also_held))
                 blocks.update(claim.blocks)
                 blocks.update(key for key, _ in claim.also_held)
-                if claim.present is None:
-                    untracked += claim.footprint
+                # positions on the device by report or `restored_blocks`, in no named block
+                untracked += claim.footprint if claim.present is None else claim.present.count(ASSUMED)
         return len(blocks) + untracked
 
     def _check_capacity(self, ev: Any) -> None:

@@ -186,6 +186,8 @@ RESERVING: frozenset[Phase] = frozenset(
 )
 """Phases in which a preserving claim reserves its footprint in the device pool (an offloaded
 claim's blocks are in another tier until it is restored): the bound of a proof's protected term."""
+RESTORING: frozenset[Phase] = frozenset({Phase.restoring, Phase.restoring_in_place})
+"""Phases of a claim whose restore is under way: its confirmation brings its blocks back."""
 RESIDENT: frozenset[Phase] = RESERVING - {Phase.accepted}
 """Phases in which a preserving claim's footprint occupies the device pool (it materialized):
 what must fit in the usable pool. An accepted claim that has not materialized occupies nothing

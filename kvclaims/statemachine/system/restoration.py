@@ -161,9 +161,6 @@ class RestorationModel:
         if request_id not in claim.pending:
             self._advance(claim, Event.restore)  # the lifecycle names the sharper rule first
             self._take_pending(claim, request_id, "restored")
-        if not self._restored_by_another(claim):
-            self._advance(claim, Event.restore)
-        claim.kv_restored = True
         if ev.restored_blocks is not None:
             if ev.restored_blocks > claim.footprint:
                 self._claim_fail(
@@ -175,6 +172,10 @@ class RestorationModel:
             if claim.present is not None:  # the restored blocks are back, named or not
                 self._count_scan(len(claim.present))
                 _assume_prefix(claim, ev.restored_blocks)
+        # the blocks are back before the restore completes, so the pool check counts them
+        if not self._restored_by_another(claim):
+            self._advance(claim, Event.restore)
+        claim.kv_restored = True
         if claim.profile.two_key:
             return  # the KV side is back; the pending restoration resolves on the checkpoint
         self._resolve_restore(claim, request_id, "restored")
