@@ -659,7 +659,7 @@ def _block_step(s: State, i: Inputs, with_rule: bool) -> tuple[z3.BoolRef, list[
     after_holds = [
         z3.If(remove, False, z3.Or(claim == c, z3.And(holds[c], z3.Not(replaced)))) for c in range(2)
     ]
-    after_stored = [z3.If(z3.And(store, claim == c), h, stored[c]) for c in range(2)]  # h == stored or new
+    after_stored = [z3.If(z3.And(store, claim == c), h, stored[c]) for c in range(2)]
     return legal, [z3.If(remove, _NO_CONTENT, h), *after_holds, *after_stored]
 
 

@@ -79,33 +79,19 @@ OFFLOADED_AND_RESTORING = [
 ]
 """The 2-block claim offloaded, its device blocks gone, a restore for request r under way."""
 
+
+def _restored_in_new_blocks(second: str) -> list[Event]:
+    """The restore brings position 0 back with its content and position 1 with `second`, in new
+    blocks, then r reuses the claim."""
+    back = [stored("C", 0, 200, "h0"), stored("C", 1, 201, second), claim_event("restored", request_id="r")]
+    return [*OFFLOADED_AND_RESTORING, *back, reused("r")]
+
+
 CASES += [
     # a claim position holds the content it was first stored with, after a restore too: a
     # restore that brings position 1 back with other content restores another prefix
-    (
-        "restored-with-other-content",
-        [
-            *OFFLOADED_AND_RESTORING,
-            stored("C", 0, 200, "h0"),
-            stored("C", 1, 201, "other"),
-            claim_event("restored", request_id="r"),
-            reused("r"),
-        ],
-        Outcome.rejected,
-        R.block_identity,
-    ),
-    (
-        "restored-with-its-content-in-new-blocks",
-        [
-            *OFFLOADED_AND_RESTORING,
-            stored("C", 0, 200, "h0"),
-            stored("C", 1, 201, "h1"),
-            claim_event("restored", request_id="r"),
-            reused("r"),
-        ],
-        Outcome.accepted,
-        None,
-    ),
+    ("restored-with-other-content", _restored_in_new_blocks("other"), Outcome.rejected, R.block_identity),
+    ("restored-with-its-content-in-new-blocks", _restored_in_new_blocks("h1"), Outcome.accepted, None),
     # a second block of other content never holds the position: once the first block goes,
     # the predicate has fallen (a harm the trace never reports)
     (
