@@ -144,6 +144,8 @@ class OracleCore:
         now = claim.holds()
         if claim.unconfirmed and claim.leading() >= claim.unconfirmed:
             claim.unconfirmed = 0
+            if claim.mode in PRESERVING and claim.on_device():
+                self._check_pool()  # C1b: a restore or report confirmed by later blocks
         if claim.on_device() and now and not claim.held:
             claim.held = True
             self._check_pool()

@@ -315,6 +315,7 @@ def _restored_beside_others(restore: list[Event], third_blocks: int = 1) -> list
 
 _BY_BLOCKS = [stored("C", 0, 400, "h0"), stored("C", 1, 401, "h1"), claim_event("restored", request_id="r")]
 _BY_COUNT = [claim_event("restored", request_id="r", restored_blocks=2)]
+_THEN_BLOCKS = [claim_event("restored", request_id="r"), stored("C", 0, 400, "h0"), stored("C", 1, 401, "h1")]
 POOL = R.capacity_state
 CASES += [
     # the pool is checked when a restore brings a claim's blocks back, not only at materialization
@@ -332,6 +333,9 @@ CASES += [
         R.capacity_state,
     ),
     ("restore-by-count-in-the-pool", _restored_beside_others(_BY_COUNT, 0), Outcome.accepted, None),
+    # the blocks confirming the restore come after it: the pool is checked when they confirm it
+    ("restore-by-later-blocks-past-the-pool", _restored_beside_others(_THEN_BLOCKS), Outcome.rejected, POOL),
+    ("restore-by-later-blocks-in-the-pool", _restored_beside_others(_THEN_BLOCKS, 0), Outcome.accepted, None),
 ]
 
 NO_BLOCK_SIZE = {"kvclaims_trace": 1, "usable_blocks": 64}

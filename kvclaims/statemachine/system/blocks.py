@@ -27,6 +27,7 @@ from kvclaims.statemachine.system.records import (
     _RETIRED,
     _UNDECIDED,
     ASSUMED,
+    RESIDENT,
     RESPONSIBLE,
     ClaimRecord,
     OutOfBudget,
@@ -169,6 +170,9 @@ class BlockModel:
         claim.leading = leading
         if claim.unconfirmed is not None and leading >= claim.unconfirmed[0]:
             claim.unconfirmed = None
+            if claim.profile.preserving and claim.phase in RESIDENT:
+                # a restore (or report) confirmed by blocks that came after it: they count now
+                self._check_occupancy(f"{claim.claim_id} confirmed by its blocks", joining=claim)
         required = claim.required
         if claim.phase is Phase.accepted and required is not None and leading >= required:
             # the claim's own blocks show its predicate: it is materialized, reported or not
