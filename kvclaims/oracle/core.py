@@ -102,13 +102,14 @@ class OracleCore:
     def _reserving(self) -> list[Claim]:
         return [c for c in self.claims.values() if c.mode in PRESERVING and c.on_device()]
 
-    @staticmethod
-    def _held(claims: list[Claim], predicate_only: bool = False) -> int:
+    def _held(self, claims: list[Claim], predicate_only: bool = False) -> int:
         """C1: distinct device blocks the claims hold (a block shared by two claims once; an
-        assumed position, in a block the trace never named, as its own block); with
+        assumed position, in a block the trace never named, once per content it was stored
+        with beside the named blocks' contents, or as its own block if never stored); with
         `predicate_only`, only the blocks of the leading positions their predicates need (what
         victim exclusion protects: a block past the predicate may be evicted without harm)."""
         block_ids: set[int] = set()
+        contents: set[str] = set()
         assumed = 0
         for claim in claims:
             upto = claim.required if predicate_only and claim.required is not None else claim.footprint
@@ -117,8 +118,12 @@ class OracleCore:
                     block_ids.update(held)
             top = min(claim.assumed, upto)
             hidden = sum(1 for p in claim.gone if p < top) + sum(1 for p in claim.positions if p < top)
-            assumed += top - hidden
-        return len(block_ids) + assumed
+            unnamed = {p for p in claim.contents if p < top} - claim.gone - claim.positions.keys()
+            known = [claim.contents[p] for p in unnamed]
+            contents.update(known)
+            assumed += top - hidden - len(known)
+        contents -= {self.blocks[b].block_hash for b in block_ids if b in self.blocks}
+        return len(block_ids) + len(contents) + assumed
 
     def _check_pool(self) -> None:
         """C1b (seed 001 s. 3.4): whenever a preserving claim comes to hold its predicate on the

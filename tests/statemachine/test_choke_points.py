@@ -338,10 +338,27 @@ CASES += [
     ("restore-by-later-blocks-in-the-pool", _restored_beside_others(_THEN_BLOCKS, 0), Outcome.accepted, None),
 ]
 
+
+def _shared_prefix_restored_by_count() -> list[Event]:
+    """C and B hold one prefix (the same blocks) and go offloaded; D fills the rest of a pool
+    of 4; one request restores both by count: the two restores bring back one set of blocks."""
+    shared = [accept("B"), stored("B", 0, 100, "h0"), stored("B", 1, 101, "h1"), materialized("B")]
+    away = [claim_event("offloaded", c, tier="cpu") for c in "CB"] + [removed("C", 0, 100, "h0")]
+    away.append(removed("C", 1, 101, "h1"))
+    others = [accept("D"), stored("D", 0, 200, "d0"), stored("D", 1, 201, "d1"), materialized("D")]
+    back = [claim_event("restore_required", c, request_id="r") for c in "CB"]
+    back += [claim_event("restored", c, request_id="r", restored_blocks=2) for c in "CB"]
+    return [*materialized_claim(), *shared, *away, *others, *back]
+
+
+# claims sharing a prefix restore one set of blocks (vLLM's binding restores them together)
+SHARED_RESTORE = _shared_prefix_restored_by_count()
+CASES.append(("restore-by-count-of-a-shared-prefix", SHARED_RESTORE, Outcome.accepted, None))
+
 NO_BLOCK_SIZE = {"kvclaims_trace": 1, "usable_blocks": 64}
 SMALL_POOL = {"kvclaims_trace": 1, "usable_blocks": 4, "block_size": 16}
 HEADERS = {"tokens-without-block-size": NO_BLOCK_SIZE} | {
-    name: SMALL_POOL for name, *_ in CASES if name.startswith("restore-by-")
+    name: SMALL_POOL for name, *_ in CASES if name.startswith("restore-by")
 }
 
 

@@ -88,12 +88,16 @@ class OccupancyModel:
 
     def _resident_held(self, joining: ClaimRecord | None) -> int:
         """Distinct device blocks of the materialized preserving claims (and `joining`, which is
-        becoming one): each tracked block once, a claim without tracked blocks by its footprint."""
+        becoming one): each tracked block once, a claim without tracked blocks by its footprint,
+        and a position on the device in no named block (a report's, `restored_blocks`'s) once
+        per content it was stored with (claims sharing a prefix restore one set of blocks), or
+        alone when it was never stored."""
 
         def occupies(claim: ClaimRecord) -> bool:
             return claim.profile.preserving and (claim is joining or claim.phase in RESIDENT)
 
         blocks: set[int] = set()
+        assumed: set[str] = set()
         untracked = 0
         self._count_scan(len(self.claims))
         for claim in self.claims.values():
@@ -101,9 +105,18 @@ class OccupancyModel:
                 self._count_scan(len(claim.blocks) + len(claim.also_held))
                 blocks.update(claim.blocks)
                 blocks.update(key for key, _ in claim.also_held)
-                # positions on the device by report or `restored_blocks`, in no named block
-                untracked += claim.footprint if claim.present is None else claim.present.count(ASSUMED)
-        return len(blocks) + untracked
+                present = claim.present
+                if present is None:
+                    untracked += claim.footprint
+                elif ASSUMED in present:
+                    self._count_scan(len(claim.contents))
+                    known = [c for p, c in claim.contents.items() if present[p] == ASSUMED]
+                    assumed.update(known)
+                    untracked += present.count(ASSUMED) - len(known)
+        if assumed:
+            self._count_scan(len(blocks))
+            assumed -= {self.block_hash[key] for key in blocks}
+        return len(blocks) + len(assumed) + untracked
 
     def _check_capacity(self, ev: Any) -> None:
         numbers = tuple(getattr(ev, name) for name in CAPACITY_PROOF_FIELDS)
