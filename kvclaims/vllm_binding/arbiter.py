@@ -848,6 +848,7 @@ class ClaimArbiter:
             if block.is_null or key != record.keys[position]:
                 break
             if record.protected:
+                block = self._pinned_copy(block)
                 self._pool.touch([block])
             record.hold(position, block)
             record.keys[position] = key  # the same key, as the block's own object (see `_lost`)
@@ -881,6 +882,15 @@ class ClaimArbiter:
             )
         if leading >= len(record.slots):
             self._materializing.discard(record)
+
+    def _pinned_copy(self, block: Any) -> Any:
+        """The copy of `block`'s content a protected claim pins: the one vLLM's prefix cache
+        serves. vLLM caches a second block under one hash when two requests compute that block
+        in one step; claims pinning both copies would hold more blocks than the protected term
+        counts (one per hash). The served copy stays the same while pinned (only an eviction
+        takes it out of the map)."""
+        served = self._pool.cached_block_hash_to_block.get_one_block(block.block_hash)
+        return block if served is None else served
 
     def _report_reuse_of(self, block_ids: set[int], holder: ClaimRecord) -> None:
         """Before blocks are reported stored for `holder`: another claim may still hold one of

@@ -98,6 +98,29 @@ def test_pins_are_one_extra_reference_on_the_claimed_blocks(tmp_path: Path) -> N
     accepted(tmp_path / "trace.ndjson")
 
 
+def test_claims_on_one_prefix_pin_one_copy_of_each_block(tmp_path: Path) -> None:
+    """A prompt that is exactly a cached prefix recomputes its last block (vLLM leaves one
+    token to compute), so vLLM caches a second copy under that block's hash. The protected term
+    counts a hash once, so a claim must pin the copy vLLM's prefix cache serves: pinning the
+    request's own copy held 21 blocks where the capacity proofs said 20 (found by the scheduler
+    fuzzer: blocking claims held more blocks than protected_resident_blocks)."""
+    running = lane(tmp_path)
+    prefix = tokens("sys", 20)
+    running.add("a", prefix + tokens("tail-a", 0, 5), extra_args=claim("ca", "hard_protected", 20))
+    running.run()
+    running.add("b", prefix, extra_args=claim("cb", "hard_protected", 20))
+    running.run()
+    pool = running.block_pool
+    pins = running.arbiter.pinned_blocks()
+    a, b = (running.arbiter.registry.claims[c] for c in ("ca", "cb"))
+    assert [block.block_id for _, block in a.held()] == [block.block_id for _, block in b.held()]
+    assert len(pins) == 20 and set(pins.values()) == {2}
+    assert running.arbiter.registry.protected_blocks == 20
+    assert pool.get_num_free_blocks() == 80 - 20  # both requests finished: only the pins hold blocks
+    running.close()
+    accepted(tmp_path / "trace.ndjson")
+
+
 def test_release_returns_the_blocks_to_the_free_queue(tmp_path: Path) -> None:
     running = lane(tmp_path)
     running.add("source", tokens("sys", 10), extra_args=claim("c", "hard_protected", 10))
