@@ -28,6 +28,10 @@ def prefix(**fields: Any) -> dict[str, Any]:
     return stored([H0, H1], TOKENS, **fields)
 
 
+WINDOW = prefix(group_idx=1, kv_cache_spec_kind="sliding_window", kv_cache_spec_sliding_window=4 * BLOCK)
+"""A sliding-window group's store of the prefix, all of it within the window."""
+
+
 def capture(*batches: list[dict[str, Any]], rank: int | None = 0) -> bytes:
     frames = []
     for seq, events in enumerate(batches):
@@ -167,18 +171,42 @@ def test_removals_are_matched_by_group(tmp_path: Path) -> None:
 
 def test_a_hybrid_models_groups_hold_one_content_per_position(tmp_path: Path) -> None:
     """An attention group and a sliding-window group store the same prefix (vLLM publishes one
-    hash per position for every group): one content per position, in a block per group."""
-    window = prefix(group_idx=1, kv_cache_spec_kind="sliding_window", kv_cache_spec_sliding_window=4 * BLOCK)
-    data = capture([prefix(group_idx=0, kv_cache_spec_kind="full_attention"), window])
+    hash per position for every group): each position is one block in the steps, however many
+    groups hold it."""
+    data = capture([prefix(group_idx=0, kv_cache_spec_kind="full_attention"), WINDOW])
     stores = [s for s in steps(tmp_path, data) if s.get("event") == "block_stored"]
     assert [(s["position"], s["block_hash"]) for s in stores] == [
         (0, f"gpu:bytes:{H0.hex()}"),
         (1, f"gpu:bytes:{H1.hex()}"),
-        (0, f"gpu:bytes:{H0.hex()}"),
-        (1, f"gpu:bytes:{H1.hex()}"),
     ]
-    assert len({s["block_id"] for s in stores}) == 4
+    assert len({s["block_id"] for s in stores}) == 2
     assert verdict(tmp_path, data).outcome is Outcome.accepted
+
+
+@pytest.mark.parametrize("first_to_go", [0, 1])
+def test_a_hybrid_position_is_lost_with_the_first_groups_block_to_go(
+    tmp_path: Path, first_to_go: int
+) -> None:
+    """A prefix hit needs every group's block: one group's removal loses the position. Each
+    group's block was its own holder in the steps before, so the model saw the other group's
+    still holding it and rejected the join's true loss (a false reject of a hybrid capture)."""
+    gone = {"type": "BlockRemoved", "block_hashes": [H1], "medium": "GPU", "group_idx": first_to_go}
+    data = capture([prefix(group_idx=0, kv_cache_spec_kind="full_attention"), WINDOW], [gone])
+    events = [s.get("event") for s in steps(tmp_path, data)]
+    assert events[-2:] == ["block_removed", "resident_claim_lost"]
+    assert verdict(tmp_path, data).outcome is Outcome.accepted
+
+
+def test_a_hybrid_position_is_back_only_when_every_group_holds_it_again(tmp_path: Path) -> None:
+    """After both groups lost the second block, the attention group's store alone does not
+    bring the claim back: the sliding-window group that held it holds it no more."""
+    full = prefix(group_idx=0, kv_cache_spec_kind="full_attention")
+    gone = [{"type": "BlockRemoved", "block_hashes": [H1], "medium": "GPU", "group_idx": g} for g in (0, 1)]
+    data = capture([full, WINDOW], gone, [full])
+    assert [s.get("event") for s in steps(tmp_path, data)].count("resident_claim_materialized") == 1
+    back = capture([full, WINDOW], gone, [full, WINDOW])
+    assert [s.get("event") for s in steps(tmp_path, back)].count("resident_claim_materialized") == 2
+    assert verdict(tmp_path, back).outcome is Outcome.accepted
 
 
 def test_a_position_restored_with_another_hash_is_rejected(tmp_path: Path) -> None:

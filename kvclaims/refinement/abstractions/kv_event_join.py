@@ -9,6 +9,8 @@ decodes its own wire format into the runtime-neutral records below (`Stored`, `R
 - every registered claim is accepted before the first batch;
 - a stored block joins claim C at position i when its tokens are C's block i and its parent is
   C's block i-1 (no parent for i = 0): the join needs no hash function;
+- a position held by several KV cache groups (a hybrid model's) is one block in the steps: on
+  the device while every group that has held it holds it, gone with the first group's removal;
 - at the end of each batch (the named observation point) a claim whose joined leading prefix
   reaches its predicate is `materialized`, and one that falls below it is `lost`
   (observational modes only: telemetry never creates harm).
@@ -52,6 +54,8 @@ if TYPE_CHECKING:
     from kvclaims.refinement.abstractions.claim_registry import ClaimRegistry, RegisteredClaim
 
 P = TelemetryJoinPrecondition
+Slot = tuple[str, int]
+"""A claim id and one of its positions."""
 
 
 @dataclass(frozen=True)
@@ -222,7 +226,21 @@ class Join:
         self.present: dict[str, set[int]] = {c: set() for c in self.claims}
         self.counted: set[str] = set()
         """Keys of joined blocks that count toward their claim's prefix (on the registry's
-        medium, within a window): only their removal takes a position away."""
+        medium, within a window) with other content than the position was first stored with:
+        steps of their own, which the model judges."""
+        self.first_content: dict[Slot, str] = {}
+        """A claim position -> the content (`block_content`) it was first stored with."""
+        self.members: dict[str, tuple[Slot, int | None]] = {}
+        """Keys of counted blocks with their position's first content -> the position and the KV
+        cache group holding it. A hybrid model's groups each hold the position in a block of
+        their own; the steps give the position one block (`on_device`)."""
+        self.holding: dict[Slot, dict[int | None, str]] = {}
+        """A claim position -> the member block of each group holding it now."""
+        self.groups: dict[Slot, set[int | None]] = {}
+        """A claim position -> every group that has held it: the position is on the device while
+        each of them holds it (a prefix hit needs every group's block)."""
+        self.on_device: dict[Slot, int] = {}
+        """A claim position on the device -> the block id its steps give it."""
         self.outside: set[str] = set()
         """Keys of blocks beyond their group's window: chained to a claim, never its blocks."""
         self.materialized: set[str] = set()
@@ -328,8 +346,10 @@ class Join:
             tokens = tuple(record.token_ids[index * bs : (index + 1) * bs])
             key = block_key(record.medium, record.group, raw)
             foreign = record.foreign_namespace[index]
-            steps.append(
-                self._store_one(seq, record.medium, key, parent, tokens, foreign, line, record.window_tokens)
+            steps.extend(
+                self._store_one(
+                    seq, record.medium, key, parent, tokens, foreign, line, record.window_tokens, record.group
+                )
             )
             parent = key
         return steps
@@ -344,8 +364,10 @@ class Join:
         foreign: str | None,
         line: int,
         window_tokens: int | None = None,
-    ) -> dict[str, Any]:
-        """One block stored under key `text` (`block_key`), child of the block keyed `parent`."""
+        group: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """The steps of one block stored under key `text` (`block_key`), child of the block
+        keyed `parent`."""
         self.media.add(medium)
         known = self.content.get(text)
         if known is not None and known[:2] != (parent, tokens):
@@ -373,17 +395,44 @@ class Join:
                 )
             in_window = window_tokens is None or (position + 1) * self.block_size <= window_tokens
             if medium == self.medium and in_window:
+                if self.first_content.setdefault(owner, block_content(text)) == block_content(text):
+                    self.members[text] = (owner, group)
+                    self.holding.setdefault(owner, {})[group] = text
+                    self.groups.setdefault(owner, set()).add(group)
+                    return self._position_changed(owner, medium, self._block_id(text), text)
                 self.present[claim_id].add(position)
                 self.changed.add(claim_id)
                 self.counted.add(text)
             elif not in_window:
                 self.outside.add(text)
                 owner = None  # held by a group that no longer holds the prefix up to it
+        return [_block_step("block_stored", self._block_id(text), text, medium, owner)]
+
+    def _block_id(self, text: str) -> int:
         block_id = self.block_ids.get(text)
         if block_id is None:
             block_id = self.block_ids[text] = self._next_block_id
             self._next_block_id += 1
-        return _block_step("block_stored", block_id, text, medium, owner)
+        return block_id
+
+    def _position_changed(self, slot: Slot, medium: str, block_id: int, text: str) -> list[dict[str, Any]]:
+        """The step, if any, of a member block of `slot` stored or removed: the position comes
+        onto the device when every group that has held it holds it, in the block that
+        completed it, and leaves it with the first of them to go (one holder per position, so
+        the model loses the position exactly when a prefix hit would miss it)."""
+        claim_id, position = slot
+        on_device = len(self.holding.get(slot, ())) == len(self.groups[slot])
+        held_as = self.on_device.get(slot)
+        if on_device == (held_as is not None):
+            return []
+        self.changed.add(claim_id)
+        if on_device:
+            self.on_device[slot] = block_id
+            self.present[claim_id].add(position)
+            return [_block_step("block_stored", block_id, text, medium, slot)]
+        del self.on_device[slot]
+        self.present[claim_id].discard(position)
+        return [_block_step("block_removed", held_as, text, medium, slot)]
 
     def _moved(self, seq: int, record: Moved, line: int) -> list[dict[str, Any]]:
         known = self.content.get(f"{record.source}:{record.hash}")
@@ -399,7 +448,7 @@ class Join:
         parent, tokens, foreign = known
         target_parent = None if parent is None else f"{record.target}:{parent.split(':', 1)[1]}"
         steps = self._removed([f"{record.source}:{record.hash}"])
-        steps.append(
+        steps.extend(
             self._store_one(
                 seq, record.target, f"{record.target}:{record.hash}", target_parent, tokens, foreign, line
             )
@@ -432,6 +481,15 @@ class Join:
             owner = self.joined.pop(text, None)
             self.content.pop(text, None)
             if block_id is None:
+                continue
+            member = self.members.pop(text, None)
+            if member is not None:
+                slot, group = member
+                holding = self.holding[slot]
+                del holding[group]
+                if not holding:
+                    del self.holding[slot]
+                steps.extend(self._position_changed(slot, medium, block_id, text))
                 continue
             if text in self.outside:
                 self.outside.discard(text)
