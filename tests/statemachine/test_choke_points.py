@@ -351,9 +351,39 @@ def _shared_prefix_restored_by_count() -> list[Event]:
     return [*materialized_claim(), *shared, *away, *others, *back]
 
 
-# claims sharing a prefix restore one set of blocks (vLLM's binding restores them together)
+def _refused_by(blocking: list[str], protected: int) -> Event:
+    """A capacity refusal of request q in the pool of 4, blaming `blocking`."""
+    return {
+        "event": "active_request_refused",
+        "request_id": "q",
+        "reason": "capacity",
+        "blocking_claim_ids": blocking,
+        "protected_resident_blocks": protected,
+        "active_live_blocks_required": 3,
+        "resident_plus_active_blocks": protected + 3,
+        "usable_blocks": 4,
+        "capacity_shortfall_blocks": protected - 1,
+    }
+
+
+# claims sharing a prefix restore one set of blocks (vLLM's binding restores them together),
+# and a refusal they cause counts that set once (the protected term counts a block once)
 SHARED_RESTORE = _shared_prefix_restored_by_count()
-CASES.append(("restore-by-count-of-a-shared-prefix", SHARED_RESTORE, Outcome.accepted, None))
+CASES += [
+    ("restore-by-count-of-a-shared-prefix", SHARED_RESTORE, Outcome.accepted, None),
+    (
+        "restore-by-count-of-a-shared-prefix-then-its-refusal",
+        [*SHARED_RESTORE, _refused_by(["C", "B"], 2)],
+        Outcome.accepted,
+        None,
+    ),
+    (
+        "restore-by-count-then-a-refusal-counting-short",
+        [*SHARED_RESTORE, _refused_by(["C", "B", "D"], 3)],
+        Outcome.rejected,
+        R.capacity_state,
+    ),
+]
 
 NO_BLOCK_SIZE = {"kvclaims_trace": 1, "usable_blocks": 64}
 SMALL_POOL = {"kvclaims_trace": 1, "usable_blocks": 4, "block_size": 16}

@@ -9,6 +9,7 @@ phase (via the kernel's `_advance`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from kvclaims.spec.capacity import capacity_problem
@@ -88,35 +89,44 @@ class OccupancyModel:
 
     def _resident_held(self, joining: ClaimRecord | None) -> int:
         """Distinct device blocks of the materialized preserving claims (and `joining`, which is
-        becoming one): each tracked block once, a claim without tracked blocks by its footprint,
-        and a position on the device in no named block (a report's, `restored_blocks`'s) once
-        per content it was stored with (claims sharing a prefix restore one set of blocks), or
-        alone when it was never stored."""
-
-        def occupies(claim: ClaimRecord) -> bool:
-            return claim.profile.preserving and (claim is joining or claim.phase in RESIDENT)
-
-        blocks: set[int] = set()
-        assumed: set[str] = set()
-        untracked = 0
+        becoming one), each counted once (`_distinct_blocks`); a claim without tracked blocks by
+        its footprint."""
         self._count_scan(len(self.claims))
-        for claim in self.claims.values():
-            if occupies(claim):
-                self._count_scan(len(claim.blocks) + len(claim.also_held))
-                blocks.update(claim.blocks)
-                blocks.update(key for key, _ in claim.also_held)
-                present = claim.present
-                if present is None:
-                    untracked += claim.footprint
-                elif ASSUMED in present:
-                    self._count_scan(len(claim.contents))
-                    known = [c for p, c in claim.contents.items() if present[p] == ASSUMED]
-                    assumed.update(known)
-                    untracked += present.count(ASSUMED) - len(known)
-        if assumed:
+        tops = {
+            claim: claim.footprint
+            for claim in self.claims.values()
+            if claim.profile.preserving and (claim is joining or claim.phase in RESIDENT)
+        }
+        return self._distinct_blocks(tops, lambda claim, top: top)
+
+    def _distinct_blocks(
+        self, tops: dict[ClaimRecord, int], untracked: Callable[[ClaimRecord, int], int]
+    ) -> int:
+        """Distinct device blocks holding the claims' positions below their `tops`: each tracked
+        block once, however many claims share it; a position on the device in no named block (a
+        report's, `restored_blocks`'s) once per content it was stored with, beside the named
+        blocks' contents (claims sharing a prefix restore one set of blocks), or alone when it
+        was never stored; a claim without tracked blocks by `untracked(claim, top)`. The one
+        count behind the pool, the admission and the protected term."""
+        blocks: set[int] = set()
+        contents: set[str] = set()
+        unnamed = 0
+        for claim, top in tops.items():
+            self._count_scan(len(claim.blocks) + len(claim.also_held) + top)
+            blocks.update(key for key, position in claim.blocks.items() if position < top)
+            blocks.update(key for key, position in claim.also_held if position < top)
+            present = claim.present
+            if present is None:
+                unnamed += untracked(claim, top)
+            elif ASSUMED in present[:top]:
+                self._count_scan(len(claim.contents))
+                known = [c for p, c in claim.contents.items() if p < top and present[p] == ASSUMED]
+                contents.update(known)
+                unnamed += present[:top].count(ASSUMED) - len(known)
+        if contents:
             self._count_scan(len(blocks))
-            assumed -= {self.block_hash[key] for key in blocks}
-        return len(blocks) + len(assumed) + untracked
+            contents -= {self.block_hash[key] for key in blocks}
+        return len(blocks) + len(contents) + unnamed
 
     def _check_capacity(self, ev: Any) -> None:
         numbers = tuple(getattr(ev, name) for name in CAPACITY_PROOF_FIELDS)
@@ -191,24 +201,15 @@ class OccupancyModel:
                 )
 
     def _blocks_held_by(self, claims: list[ClaimRecord], predicate_only: bool = False) -> int:
-        """Distinct device blocks the claims hold: each tracked block once, however many of
-        them share it, plus the positions assumed from their materialized reports. With
-        `predicate_only`, only the blocks of the leading positions their predicates need (what
-        victim exclusion protects: a block past the predicate may be evicted without harm)."""
-        upto = {
+        """Distinct device blocks the claims hold (`_distinct_blocks`; a claim without tracked
+        blocks by its reported leading run). With `predicate_only`, only the blocks of the
+        leading positions their predicates need (what victim exclusion protects: a block past
+        the predicate may be evicted without harm)."""
+        tops = {
             claim: claim.required if predicate_only and claim.required is not None else claim.footprint
             for claim in claims
         }
-        keys: set[int] = set()
-        for claim, top in upto.items():
-            self._count_scan(len(claim.blocks) + len(claim.also_held) + top)
-            keys.update(key for key, position in claim.blocks.items() if position < top)
-            keys.update(key for key, position in claim.also_held if position < top)
-        assumed = sum(
-            min(claim.reported_leading, top) if claim.present is None else claim.present[:top].count(ASSUMED)
-            for claim, top in upto.items()
-        )
-        return len(keys) + assumed
+        return self._distinct_blocks(tops, lambda claim, top: min(claim.reported_leading, top))
 
 
 def _holdings_bound(claim: ClaimRecord) -> int:
@@ -236,7 +237,7 @@ RULES: tuple[Rule, ...] = (
         "capacity.state_each_block_counted_once",
         R.capacity_state,
         "DESIGN 4 rule 5",
-        "OccupancyModel._blocks_held_by",
+        "OccupancyModel._distinct_blocks",
         {
             "active_request_admitted": ("active_live_blocks", "claim_shared_blocks"),
             "active_request_deferred": ("protected_resident_blocks", "blocking_claim_ids"),
