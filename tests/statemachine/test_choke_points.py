@@ -385,10 +385,25 @@ CASES += [
     ),
 ]
 
+# a materialization is judged against the pool the model holds: C and D (2 blocks each) fill a
+# pool of 4, and E's one more block overcommits it
+_TWO_IN_THE_POOL = [
+    *materialized_claim(),
+    accept("D"),
+    stored("D", 0, 200, "d0"),
+    stored("D", 1, 201, "d1"),
+    materialized("D"),
+]
+_THIRD = [accept("E", blocks=1), stored("E", 0, 300, "e0"), materialized("E", leading=1)]
+CASES += [
+    ("materialized-past-the-pool", [*_TWO_IN_THE_POOL, *_THIRD], Outcome.rejected, POOL),
+    ("materialized-in-the-pool", _TWO_IN_THE_POOL, Outcome.accepted, None),
+]
+
 NO_BLOCK_SIZE = {"kvclaims_trace": 1, "usable_blocks": 64}
 SMALL_POOL = {"kvclaims_trace": 1, "usable_blocks": 4, "block_size": 16}
 HEADERS = {"tokens-without-block-size": NO_BLOCK_SIZE} | {
-    name: SMALL_POOL for name, *_ in CASES if name.startswith("restore-by")
+    name: SMALL_POOL for name, *_ in CASES if name.startswith(("restore-by", "materialized-"))
 }
 
 

@@ -243,6 +243,8 @@ RULES: tuple[Rule, ...] = (
             "active_request_deferred": ("protected_resident_blocks", "blocking_claim_ids"),
             "active_request_refused": ("protected_resident_blocks", "blocking_claim_ids"),
             "resident_claim_materialized": ("leading_blocks",),
+            "resident_claim_restored": ("restored_blocks",),
+            "block_stored": ("claim_id", "position"),  # the blocks that confirm a restore or a report
         },
         ("capacity.refusal_justified_by_reserved_blocks",),
     ),
