@@ -8,7 +8,7 @@ from typing import Any
 
 from kvclaims.refinement import Outcome
 from kvclaims.spec.vocabulary import ConformanceRule as R
-from tests.statemachine.hostile import Event, admitted, claim_event, finished, materialized_claim
+from tests.statemachine.hostile import Event, admitted, claim_event, finished, materialized_claim, reused
 
 HELD = materialized_claim()
 """A hard_protected claim C holding 2 of the 64 usable blocks (`hostile.HEADER`)."""
@@ -86,6 +86,59 @@ CASES: list[tuple[str, list[Event], Outcome, R | None]] = [
     # a request is admitted once (until it finishes)
     ("admitted-twice", [admitted("r"), admitted("r"), finished("r")], Outcome.rejected, R.lifecycle),
     ("admitted-once-and-finished", [admitted("r"), finished("r"), finished("r2")], Outcome.accepted, None),
+    # the same judgements on a deferral as on a refusal
+    (
+        "deferral-blaming-a-released-claim",
+        [*HELD, claim_event("released"), conflict("active_request_deferred", 2, 63)],
+        Outcome.rejected,
+        R.attribution,
+    ),
+    (
+        "deferral-blaming-a-live-claim",
+        [*HELD, conflict("active_request_deferred", 2, 63)],
+        Outcome.accepted,
+        None,
+    ),
+    (
+        "deferral-counting-a-block-c-does-not-hold",
+        [*HELD, conflict("active_request_deferred", 3, 62)],
+        Outcome.rejected,
+        R.capacity_state,
+    ),
+    # an admission fits beside the claims' blocks: 2 + 63 overcommits 64, unless one of the
+    # request's live blocks is one of C's
+    (
+        "admission-past-the-pool",
+        [*HELD, admitted("r", live=63, claim_shared_blocks=0)],
+        Outcome.rejected,
+        R.capacity_state,
+    ),
+    (
+        "admission-sharing-a-block-of-the-claim",
+        [*HELD, admitted("r", live=63, claim_shared_blocks=1)],
+        Outcome.accepted,
+        None,
+    ),
+    # a refused request is done: it is neither deferred nor reuses a claim afterwards
+    (
+        "deferral-after-its-refusal",
+        [*HELD, conflict("active_request_refused", 2, 63), conflict("active_request_deferred", 2, 63)],
+        Outcome.rejected,
+        R.lifecycle,
+    ),
+    (
+        "deferral-before-its-refusal",
+        [*HELD, conflict("active_request_deferred", 2, 63), conflict("active_request_refused", 2, 63)],
+        Outcome.accepted,
+        None,
+    ),
+    (
+        "reuse-after-its-refusal",
+        [*HELD, conflict("active_request_refused", 2, 63), reused("r")],
+        Outcome.rejected,
+        R.lifecycle,
+    ),
+    ("reuse-while-admitted", [*HELD, admitted("r"), reused("r"), finished("r")], Outcome.accepted, None),
 ]
 """(name, events, expected outcome, the rule a rejection names or None)."""
 
@@ -107,6 +160,21 @@ PAIRS: dict[tuple[str, str], list[tuple[str, str]]] = {
     ],
     ("requests.move_through_the_request_machine", "active_request_admitted"): [
         ("admitted-twice", "admitted-once-and-finished")
+    ],
+    ("attribution.blocking_claims_are_responsible_and_exact", "active_request_deferred"): [
+        ("deferral-blaming-a-released-claim", "deferral-blaming-a-live-claim")
+    ],
+    ("capacity.state_each_block_counted_once", "active_request_deferred"): [
+        ("deferral-counting-a-block-c-does-not-hold", "deferral-blaming-a-live-claim")
+    ],
+    ("capacity.state_each_block_counted_once", "active_request_admitted"): [
+        ("admission-past-the-pool", "admission-sharing-a-block-of-the-claim")
+    ],
+    ("requests.move_through_the_request_machine", "active_request_deferred"): [
+        ("deferral-after-its-refusal", "deferral-before-its-refusal")
+    ],
+    ("requests.move_through_the_request_machine", "request_reused"): [
+        ("reuse-after-its-refusal", "reuse-while-admitted")
     ],
 }
 """Cell (rule, event) -> (violating case, conforming twin), by case name."""
