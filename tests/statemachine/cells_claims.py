@@ -14,9 +14,11 @@ from tests.statemachine.hostile import (
     claim_event,
     materialized,
     materialized_claim,
+    prefix_predicate,
     removed,
     reused,
     stored,
+    submit,
 )
 
 MS = 1_000_000
@@ -108,6 +110,65 @@ CASES += [
     ),
 ]
 
+
+def _expiring_at_50_ms(*decided: Event) -> list[Event]:
+    """C decided by `decided` (its duration in their terms), materialized at 1 ms, expired at 50."""
+    at = {"t_ns": MS}
+    blocks = [stored("C", 0, 100, "h0", **at), stored("C", 1, 101, "h1", **at), materialized(**at)]
+    return [*decided, *blocks, claim_event("expired", t_ns=50 * MS)]
+
+
+def _expiring(duration_ms: int) -> dict[str, Any]:
+    return {"mode": "expiring", "duration_ms": duration_ms, "t_ns": 0}
+
+
+def _conditionally(duration_ms: int) -> Event:
+    """C conditionally accepted with `duration_ms` after a submission promising 100 ms."""
+    return {**_SUBMITTED_100, "event": "resident_claim_conditionally_accepted", "duration_ms": duration_ms}
+
+
+_SUBMITTED_100 = submit(predicate=prefix_predicate(2), **_expiring(100))
+CASES += [
+    # the duration an expiry is judged on is the one the decision promised: in the acceptance,
+    # in the submission it repeats, or in a conditional acceptance that changed it
+    (
+        "expiry-at-50-ms-of-an-accepted-100",
+        _expiring_at_50_ms(accept(**_expiring(100))),
+        Outcome.rejected,
+        R.duration,
+    ),
+    (
+        "expiry-at-50-ms-of-an-accepted-10",
+        _expiring_at_50_ms(accept(**_expiring(10))),
+        Outcome.accepted,
+        None,
+    ),
+    (
+        "expiry-at-50-ms-of-a-submitted-100",
+        _expiring_at_50_ms(_SUBMITTED_100, accept(**_expiring(100))),
+        Outcome.rejected,
+        R.duration,
+    ),
+    (
+        "expiry-at-50-ms-of-a-submitted-10",
+        _expiring_at_50_ms(submit(predicate=prefix_predicate(2), **_expiring(10)), accept(**_expiring(10))),
+        Outcome.accepted,
+        None,
+    ),
+    (
+        "expiry-at-50-ms-of-a-conditional-100",
+        _expiring_at_50_ms(_SUBMITTED_100, {**_conditionally(100), "reason": "kept"}),
+        Outcome.rejected,
+        R.duration,
+    ),
+    (
+        "expiry-at-50-ms-of-a-conditional-10",
+        _expiring_at_50_ms(_SUBMITTED_100, {**_conditionally(10), "reason": "shorter"}),
+        Outcome.accepted,
+        None,
+    ),
+]
+
 HEADERS: dict[str, dict[str, Any]] = {}
 """Case name -> its trace header, where it is not `hostile.HEADER`."""
 
@@ -127,6 +188,15 @@ PAIRS: dict[tuple[str, str], list[tuple[str, str]]] = {
     ],
     ("duration.judged_on_every_clock_when_protection_ends", "request_reused"): [
         ("expiry-before-the-term-a-hit-restarted", "expiry-after-a-miss-restarted-nothing")
+    ],
+    ("duration.judged_on_every_clock_when_protection_ends", "resident_claim_accepted"): [
+        ("expiry-at-50-ms-of-an-accepted-100", "expiry-at-50-ms-of-an-accepted-10")
+    ],
+    ("duration.judged_on_every_clock_when_protection_ends", "resident_claim_submitted"): [
+        ("expiry-at-50-ms-of-a-submitted-100", "expiry-at-50-ms-of-a-submitted-10")
+    ],
+    ("duration.judged_on_every_clock_when_protection_ends", "resident_claim_conditionally_accepted"): [
+        ("expiry-at-50-ms-of-a-conditional-100", "expiry-at-50-ms-of-a-conditional-10")
     ],
 }
 """Cell (rule, event) -> (violating case, conforming twin), by case name."""
