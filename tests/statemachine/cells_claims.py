@@ -12,6 +12,7 @@ from tests.statemachine.hostile import (
     Event,
     accept,
     claim_event,
+    finished,
     materialized,
     materialized_claim,
     prefix_predicate,
@@ -169,6 +170,112 @@ CASES += [
     ),
 ]
 
+_FELL = [*materialized_claim(), removed("C", 1, 101, "h1")]
+"""C's second block gone: the predicate (2 blocks) has fallen."""
+_OVERWRITTEN = [*materialized_claim(), stored(None, None, 101, "x")]
+"""C's second block reused for other content: the predicate has fallen too."""
+_RESTORED_BY_R = [*OFFLOADED_AND_RESTORING, stored("C", 0, 200, "h0"), stored("C", 1, 201, "h1")]
+"""The restore's blocks are back; the restored event (for some request) comes next."""
+CASES += [
+    # a fallen prefix is reported as harm, whichever block event made it fall
+    ("block-removed-and-the-fall-unreported", _FELL, Outcome.rejected, R.no_silent_harm),
+    ("block-overwritten-and-the-fall-unreported", _OVERWRITTEN, Outcome.rejected, R.no_silent_harm),
+    (
+        "block-overwritten-and-the-fall-reported",
+        [*_OVERWRITTEN, claim_event("harmed", leading_blocks=1, required_blocks=2)],
+        Outcome.accepted,
+        None,
+    ),
+    # a harm or loss report agrees with the blocks the model holds
+    (
+        "harm-reported-with-numbers-that-hold",
+        [*_FELL, claim_event("harmed", leading_blocks=2, required_blocks=2)],
+        Outcome.rejected,
+        R.no_silent_harm,
+    ),
+    (
+        "loss-reported-while-the-blocks-hold",
+        [*materialized_claim(mode="best_effort"), claim_event("lost", leading_blocks=1)],
+        Outcome.rejected,
+        R.no_silent_harm,
+    ),
+    # a satisfied reuse shows the predicate's blocks cached
+    (
+        "satisfied-reuse-of-too-few-blocks",
+        [*materialized_claim(), reused("r", cached=1)],
+        Outcome.rejected,
+        R.lifecycle,
+    ),
+    # the submitted terms are the ones an acceptance repeats
+    (
+        "accepted-on-another-footprint-than-submitted",
+        [submit(predicate=prefix_predicate(2), footprint=3), accept()],
+        Outcome.rejected,
+        R.terms,
+    ),
+    (
+        "accepted-on-the-submitted-footprint",
+        [submit(predicate=prefix_predicate(2)), accept()],
+        Outcome.accepted,
+        None,
+    ),
+    (
+        "conditionally-accepted-without-a-submission",
+        [
+            {
+                **submit(predicate=prefix_predicate(2)),
+                "event": "resident_claim_conditionally_accepted",
+                "reason": "r",
+            }
+        ],
+        Outcome.rejected,
+        R.terms,
+    ),
+    # a restore is per claim and request: another request's outcome does not settle r's
+    (
+        "restored-for-a-request-that-required-none",
+        [*_RESTORED_BY_R, claim_event("restored", request_id="q")],
+        Outcome.rejected,
+        R.offload_order,
+    ),
+    (
+        "restored-for-the-request",
+        [*_RESTORED_BY_R, claim_event("restored", request_id="r")],
+        Outcome.accepted,
+        None,
+    ),
+    (
+        "restore-failed-for-a-request-that-required-none",
+        [*OFFLOADED_AND_RESTORING, claim_event("restoration_failed", request_id="q", outcome="demotion")],
+        Outcome.rejected,
+        R.offload_order,
+    ),
+    (
+        "restore-failed-for-the-request",
+        [*OFFLOADED_AND_RESTORING, claim_event("restoration_failed", request_id="r", outcome="demotion")],
+        Outcome.accepted,
+        None,
+    ),
+    (
+        "restore-required-again-while-pending",
+        [*OFFLOADED_AND_RESTORING, claim_event("restore_required", request_id="r")],
+        Outcome.rejected,
+        R.offload_order,
+    ),
+    (
+        "request-finished-with-its-restore-pending",
+        [*OFFLOADED_AND_RESTORING, finished("r")],
+        Outcome.rejected,
+        R.offload_order,
+    ),
+    (
+        "request-finished-after-its-restore",
+        [*_RESTORED_BY_R, claim_event("restored", request_id="r"), finished("r")],
+        Outcome.accepted,
+        None,
+    ),
+]
+
 HEADERS: dict[str, dict[str, Any]] = {}
 """Case name -> its trace header, where it is not `hostile.HEADER`."""
 
@@ -197,6 +304,42 @@ PAIRS: dict[tuple[str, str], list[tuple[str, str]]] = {
     ],
     ("duration.judged_on_every_clock_when_protection_ends", "resident_claim_conditionally_accepted"): [
         ("expiry-at-50-ms-of-a-conditional-100", "expiry-at-50-ms-of-a-conditional-10")
+    ],
+    ("harm.a_fallen_prefix_is_reported", "block_removed"): [
+        ("block-removed-and-the-fall-unreported", "resident_claim_harmed-naming-its-claim")
+    ],
+    ("harm.a_fallen_prefix_is_reported", "block_stored"): [
+        ("block-overwritten-and-the-fall-unreported", "block-overwritten-and-the-fall-reported")
+    ],
+    ("harm.reports_agree_with_the_blocks", "resident_claim_harmed"): [
+        ("harm-reported-with-numbers-that-hold", "resident_claim_harmed-naming-its-claim")
+    ],
+    ("harm.reports_agree_with_the_blocks", "resident_claim_lost"): [
+        ("loss-reported-while-the-blocks-hold", "resident_claim_lost-naming-its-claim")
+    ],
+    ("lifecycle.materialized_prefix_reaches_the_predicate", "request_reused"): [
+        ("satisfied-reuse-of-too-few-blocks", "request_reused-naming-its-claim")
+    ],
+    ("terms.acceptance_repeats_submitted_terms", "resident_claim_submitted"): [
+        ("accepted-on-another-footprint-than-submitted", "accepted-on-the-submitted-footprint")
+    ],
+    ("terms.acceptance_repeats_submitted_terms", "resident_claim_conditionally_accepted"): [
+        (
+            "conditionally-accepted-without-a-submission",
+            "resident_claim_conditionally_accepted-deciding-a-claim-once",
+        )
+    ],
+    ("restore.per_claim_and_request", "resident_claim_restored"): [
+        ("restored-for-a-request-that-required-none", "restored-for-the-request")
+    ],
+    ("restore.per_claim_and_request", "resident_claim_restoration_failed"): [
+        ("restore-failed-for-a-request-that-required-none", "restore-failed-for-the-request")
+    ],
+    ("restore.per_claim_and_request", "resident_claim_restore_required"): [
+        ("restore-required-again-while-pending", "restored-for-the-request")
+    ],
+    ("restore.per_claim_and_request", "request_finished"): [
+        ("request-finished-with-its-restore-pending", "request-finished-after-its-restore")
     ],
 }
 """Cell (rule, event) -> (violating case, conforming twin), by case name."""

@@ -139,6 +139,12 @@ CASES: list[tuple[str, list[Event], Outcome, R | None]] = [
         R.lifecycle,
     ),
     ("reuse-while-admitted", [*HELD, admitted("r"), reused("r"), finished("r")], Outcome.accepted, None),
+    (
+        "refusal-after-its-admission",
+        [*HELD, admitted("r"), conflict("active_request_refused", 2, 63)],
+        Outcome.rejected,
+        R.lifecycle,
+    ),
 ]
 """(name, events, expected outcome, the rule a rejection names or None)."""
 
@@ -175,6 +181,9 @@ PAIRS: dict[tuple[str, str], list[tuple[str, str]]] = {
     ],
     ("requests.move_through_the_request_machine", "request_reused"): [
         ("reuse-after-its-refusal", "reuse-while-admitted")
+    ],
+    ("requests.move_through_the_request_machine", "active_request_refused"): [
+        ("refusal-after-its-admission", "refusal-with-its-shortfall")
     ],
 }
 """Cell (rule, event) -> (violating case, conforming twin), by case name."""

@@ -87,7 +87,7 @@ PAIRS = {
 
 CASE_NAMES = [name for name, *_ in CASES]
 
-CELLS_WITHOUT_A_PAIR = 20
+CELLS_WITHOUT_A_PAIR = 8
 """The cells no pair covers yet (published in the report); a new cell without a pair fails."""
 
 _CASES = {name: (events, outcome) for name, events, outcome, _ in CASES}
