@@ -104,5 +104,22 @@ for _event, (_twice, _once) in DECIDED_TWICE.items():
     ]
     PAIRS[(RULE, _event)] = [(f"{_event}-deciding-a-claim-twice", f"{_event}-deciding-a-claim-once")]
 
+# and the two-key cell of the same event: the state key presented on resume is the recorded one
+_RESUMED = TWINS["resident_claim_checkpoint_restored"]
+CASES.append(
+    (
+        "resident_claim_checkpoint_restored-with-another-value",
+        [*_RESUMED[:-1], {**_RESUMED[-1], "value_hash": "other"}],
+        Outcome.rejected,
+        R.hybrid_two_key,
+    )
+)
+PAIRS[("two_key.state_key_fixed_when_first_recorded", "resident_claim_checkpoint_restored")] = [
+    (
+        "resident_claim_checkpoint_restored-with-another-value",
+        "resident_claim_checkpoint_restored-naming-its-claim",
+    )
+]
+
 HEADERS: dict[str, dict[str, object]] = {}
 """Every case here runs under the default header."""

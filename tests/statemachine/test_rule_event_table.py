@@ -87,8 +87,21 @@ PAIRS = {
 
 CASE_NAMES = [name for name, *_ in CASES]
 
-CELLS_WITHOUT_A_PAIR = 8
-"""The cells no pair covers yet (published in the report); a new cell without a pair fails."""
+_DURATION = "duration.judged_on_every_clock_when_protection_ends"
+_EXPLICIT_END = (
+    "no history violates it through this event: DESIGN binds the duration to expiry alone, and "
+    "the event ends protection explicitly (the choke point passes it without a clock)"
+)
+CELLS_WITHOUT_A_PAIR: dict[tuple[str, str], str] = {
+    (_DURATION, "resident_claim_demoted"): _EXPLICIT_END,
+    (_DURATION, "resident_claim_released"): _EXPLICIT_END,
+    (_DURATION, "resident_claim_harmed"): _EXPLICIT_END,
+    ("harm.a_fallen_prefix_is_reported", "resident_claim_restored"): "not written yet",
+    ("requests.move_through_the_request_machine", "request_finished"): "not written yet",
+    ("requests.move_through_the_request_machine", "resident_claim_restore_required"): "not written yet",
+    ("restore.per_claim_and_request", "resident_claim_offloaded"): "not written yet",
+}
+"""The cells no pair covers, each with why; a new cell without a pair fails."""
 
 _CASES = {name: (events, outcome) for name, events, outcome, _ in CASES}
 
@@ -137,7 +150,7 @@ def test_pairs_name_declared_cells_and_known_cases() -> None:
     cells = set(table.cells())
     assert [cell for cell in PAIRS if cell not in cells] == []
     assert [n for pairs in PAIRS.values() for pair in pairs for n in pair if n not in _CASES] == []
-    assert len(cells - set(PAIRS)) == CELLS_WITHOUT_A_PAIR
+    assert sorted(cells - set(PAIRS)) == sorted(CELLS_WITHOUT_A_PAIR)
 
 
 @pytest.mark.parametrize(
