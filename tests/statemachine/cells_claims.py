@@ -276,6 +276,32 @@ CASES += [
     ),
 ]
 
+_BACK_BY_COUNT = [
+    *OFFLOADED_AND_RESTORING,
+    claim_event("restored", request_id="r", restored_blocks=2),
+    reused("r"),
+]
+"""C restored by count (no block named), then reused by r."""
+CASES += [
+    # positions a restore's count brought back are held: a removal of one is a fall to report
+    (
+        "restored-by-count-then-a-block-removed-unreported",
+        [*_BACK_BY_COUNT, removed("C", 1, 201, "h1")],
+        Outcome.rejected,
+        R.no_silent_harm,
+    ),
+    (
+        "restored-by-count-then-a-block-removed-reported",
+        [
+            *_BACK_BY_COUNT,
+            removed("C", 1, 201, "h1"),
+            claim_event("harmed", leading_blocks=1, required_blocks=2),
+        ],
+        Outcome.accepted,
+        None,
+    ),
+]
+
 HEADERS: dict[str, dict[str, Any]] = {}
 """Case name -> its trace header, where it is not `hostile.HEADER`."""
 
@@ -337,6 +363,12 @@ PAIRS: dict[tuple[str, str], list[tuple[str, str]]] = {
     ],
     ("restore.per_claim_and_request", "resident_claim_restore_required"): [
         ("restore-required-again-while-pending", "restored-for-the-request")
+    ],
+    ("harm.a_fallen_prefix_is_reported", "resident_claim_restored"): [
+        (
+            "restored-by-count-then-a-block-removed-unreported",
+            "restored-by-count-then-a-block-removed-reported",
+        )
     ],
     ("restore.per_claim_and_request", "request_finished"): [
         ("request-finished-with-its-restore-pending", "request-finished-after-its-restore")

@@ -8,7 +8,18 @@ from typing import Any
 
 from kvclaims.refinement import Outcome
 from kvclaims.spec.vocabulary import ConformanceRule as R
-from tests.statemachine.hostile import Event, admitted, claim_event, finished, materialized_claim, reused
+from tests.statemachine.hostile import (
+    Event,
+    accept,
+    admitted,
+    claim_event,
+    finished,
+    materialized,
+    materialized_claim,
+    removed,
+    reused,
+    stored,
+)
 
 HELD = materialized_claim()
 """A hard_protected claim C holding 2 of the 64 usable blocks (`hostile.HEADER`)."""
@@ -30,6 +41,11 @@ def conflict(event: str, protected: int, active: int, shortfall: int | None = No
         "capacity_shortfall_blocks": max(0, total - 64) if shortfall is None else shortfall,
     }
 
+
+AWAY = [*HELD, claim_event("offloaded", tier="cpu"), removed("C", 0, 100, "h0"), removed("C", 1, 101, "h1")]
+"""C offloaded and its device blocks gone."""
+D_HELD = [accept("D"), stored("D", 0, 200, "d0"), stored("D", 1, 201, "d1"), materialized("D")]
+RESTORE_FOR_R = claim_event("restore_required", request_id="r")
 
 CASES: list[tuple[str, list[Event], Outcome, R | None]] = [
     # 2 + 63 = 65 blocks in a 64-block pool fall 1 short, not 0
@@ -139,6 +155,24 @@ CASES: list[tuple[str, list[Event], Outcome, R | None]] = [
         R.lifecycle,
     ),
     ("reuse-while-admitted", [*HELD, admitted("r"), reused("r"), finished("r")], Outcome.accepted, None),
+    # a refused request is done: no claim's restore is required for it
+    (
+        "restore-required-for-a-refused-request",
+        [
+            *AWAY,
+            *D_HELD,
+            {**conflict("active_request_refused", 2, 63), "blocking_claim_ids": ["D"]},
+            RESTORE_FOR_R,
+        ],
+        Outcome.rejected,
+        R.lifecycle,
+    ),
+    (
+        "restore-required-for-an-admitted-request",
+        [*AWAY, admitted("r"), RESTORE_FOR_R],
+        Outcome.accepted,
+        None,
+    ),
     (
         "refusal-after-its-admission",
         [*HELD, admitted("r"), conflict("active_request_refused", 2, 63)],
@@ -181,6 +215,9 @@ PAIRS: dict[tuple[str, str], list[tuple[str, str]]] = {
     ],
     ("requests.move_through_the_request_machine", "request_reused"): [
         ("reuse-after-its-refusal", "reuse-while-admitted")
+    ],
+    ("requests.move_through_the_request_machine", "resident_claim_restore_required"): [
+        ("restore-required-for-a-refused-request", "restore-required-for-an-admitted-request")
     ],
     ("requests.move_through_the_request_machine", "active_request_refused"): [
         ("refusal-after-its-admission", "refusal-with-its-shortfall")

@@ -96,9 +96,7 @@ CELLS_WITHOUT_A_PAIR: dict[tuple[str, str], str] = {
     (_DURATION, "resident_claim_demoted"): _EXPLICIT_END,
     (_DURATION, "resident_claim_released"): _EXPLICIT_END,
     (_DURATION, "resident_claim_harmed"): _EXPLICIT_END,
-    ("harm.a_fallen_prefix_is_reported", "resident_claim_restored"): "not written yet",
     ("requests.move_through_the_request_machine", "request_finished"): "not written yet",
-    ("requests.move_through_the_request_machine", "resident_claim_restore_required"): "not written yet",
     ("restore.per_claim_and_request", "resident_claim_offloaded"): "not written yet",
 }
 """The cells no pair covers, each with why; a new cell without a pair fails."""
