@@ -96,8 +96,14 @@ CELLS_WITHOUT_A_PAIR: dict[tuple[str, str], str] = {
     (_DURATION, "resident_claim_demoted"): _EXPLICIT_END,
     (_DURATION, "resident_claim_released"): _EXPLICIT_END,
     (_DURATION, "resident_claim_harmed"): _EXPLICIT_END,
-    ("requests.move_through_the_request_machine", "request_finished"): "not written yet",
-    ("restore.per_claim_and_request", "resident_claim_offloaded"): "not written yet",
+    ("requests.move_through_the_request_machine", "request_finished"): (
+        "not found: the request machine finishes a request from every state (a second finish is an "
+        "identity violation, paired there)"
+    ),
+    ("restore.per_claim_and_request", "resident_claim_offloaded"): (
+        "not found: an offload while a restore is pending or done twice is a lifecycle violation "
+        "(the claim machine), judged before this rule"
+    ),
 }
 """The cells no pair covers, each with why; a new cell without a pair fails."""
 
