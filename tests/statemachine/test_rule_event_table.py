@@ -97,8 +97,8 @@ CELLS_WITHOUT_A_PAIR: dict[tuple[str, str], str] = {
     (_DURATION, "resident_claim_released"): _EXPLICIT_END,
     (_DURATION, "resident_claim_harmed"): _EXPLICIT_END,
     ("requests.move_through_the_request_machine", "request_finished"): (
-        "not found: the request machine finishes a request from every state (a second finish is an "
-        "identity violation, paired there)"
+        "not found: the request machine finishes a request from every state (a second finish is judged "
+        "by request identity, not by this rule)"
     ),
     ("restore.per_claim_and_request", "resident_claim_offloaded"): (
         "not found: an offload while a restore is pending or done twice is a lifecycle violation "
