@@ -50,10 +50,14 @@ class RequestModel:
             phase = request.phase
         result = _REQUEST_NEXT[event][phase]
         if type(result) is RequestViolation:
+            message = result.message
+            if not self._event.startswith(("active_request_", "request_")):
+                # a claim's event moving its request (restore_required is the request's reuse)
+                message = f"{self._event} is a {event} of the request, and {message}"
             self._request_fail(
                 result.rule,
                 request_id,
-                f"request {request_id}: {result.message}",
+                f"request {request_id}: {message}",
                 f"request {phase}",
                 tuple(e.value for e in result.allowed),
             )
