@@ -1305,7 +1305,15 @@ class ClaimArbiter:
 
     def before_update(self, connector_output: Any) -> None:
         """A model step's output arrives: map its failed and completed loads to claims before
-        vLLM's own handling (its invalid-KV-load path and terminal handling) sees them."""
+        vLLM's own handling (its invalid-KV-load path and terminal handling) sees them. The
+        blocks this step's scheduling evicted from watched claims are reported first: the loads
+        completed after those evictions made room, and a trace that restores before it reports
+        them holds more blocks than the pool (pinned blocks are left to `after_update`, which
+        also sees what vLLM's invalid-KV-load path strips)."""
+        if connector_output is not None and self.registry.claims:
+            watched = [r for r in self.registry.claims.values() if r.held_count and not r.protected]
+            if watched:
+                self._check_records(watched)
         if self.offload is not None and connector_output is not None:
             self.offload.before_update(connector_output)
         if self.hybrid is not None and connector_output is not None:
