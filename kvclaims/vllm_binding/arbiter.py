@@ -937,6 +937,15 @@ class ClaimArbiter:
         if holders:
             self._check_records(holders)
 
+    def report_watched_losses(self) -> None:
+        """Report now the blocks this step's scheduling evicted from watched claims (before a
+        completed load is reported: the load came after those evictions made room, and a trace
+        restoring first would hold more blocks than the pool). Pinned blocks are left to
+        `after_update`, which also sees what vLLM's invalid-KV-load path strips."""
+        watched = [r for r in self.registry.claims.values() if r.held_count and not r.protected]
+        if watched:
+            self._check_records(watched)
+
     def check_claim(self, record: ClaimRecord) -> None:
         """Report now any block the claim lost (e.g. before a restoration is reported)."""
         self._check_record(record)
@@ -1305,15 +1314,7 @@ class ClaimArbiter:
 
     def before_update(self, connector_output: Any) -> None:
         """A model step's output arrives: map its failed and completed loads to claims before
-        vLLM's own handling (its invalid-KV-load path and terminal handling) sees them. The
-        blocks this step's scheduling evicted from watched claims are reported first: the loads
-        completed after those evictions made room, and a trace that restores before it reports
-        them holds more blocks than the pool (pinned blocks are left to `after_update`, which
-        also sees what vLLM's invalid-KV-load path strips)."""
-        if connector_output is not None and self.registry.claims:
-            watched = [r for r in self.registry.claims.values() if r.held_count and not r.protected]
-            if watched:
-                self._check_records(watched)
+        vLLM's own handling (its invalid-KV-load path and terminal handling) sees them."""
         if self.offload is not None and connector_output is not None:
             self.offload.before_update(connector_output)
         if self.hybrid is not None and connector_output is not None:

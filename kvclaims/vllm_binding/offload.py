@@ -272,6 +272,7 @@ class ClaimOffload:
         job, restored = self.ledger.succeeded(job_id)
         if job is None:
             return
+        self.arbiter.report_watched_losses()
         registry = self.arbiter.registry
         for claim_id in restored:
             record = registry.claims.get(claim_id)
