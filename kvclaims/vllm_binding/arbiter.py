@@ -933,18 +933,20 @@ class ClaimArbiter:
         """
         pinned = pinned or self._pins_suspect or self.step % PINNED_SWEEP_STEPS == 0
         self._pins_suspect = False
-        holders = [r for r in self.registry.claims.values() if r.held_count and (pinned or not r.protected)]
-        if holders:
-            self._check_records(holders)
+        self._check_holders(pinned=pinned)
 
     def report_watched_losses(self) -> None:
         """Report now the blocks this step's scheduling evicted from watched claims (before a
         completed load is reported: the load came after those evictions made room, and a trace
         restoring first would hold more blocks than the pool). Pinned blocks are left to
         `after_update`, which also sees what vLLM's invalid-KV-load path strips."""
-        watched = [r for r in self.registry.claims.values() if r.held_count and not r.protected]
-        if watched:
-            self._check_records(watched)
+        self._check_holders(pinned=False)
+
+    def _check_holders(self, *, pinned: bool) -> None:
+        """Check every claim holding blocks: watched ones always, pinned ones when `pinned`."""
+        holders = [r for r in self.registry.claims.values() if r.held_count and (pinned or not r.protected)]
+        if holders:
+            self._check_records(holders)
 
     def check_claim(self, record: ClaimRecord) -> None:
         """Report now any block the claim lost (e.g. before a restoration is reported)."""

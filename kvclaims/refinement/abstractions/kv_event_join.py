@@ -395,7 +395,8 @@ class Join:
                 )
             in_window = window_tokens is None or (position + 1) * self.block_size <= window_tokens
             if medium == self.medium and in_window:
-                if self.first_content.setdefault(owner, block_content(text)) == block_content(text):
+                content = block_content(text)
+                if self.first_content.setdefault(owner, content) == content:
                     self.members[text] = (owner, group)
                     self.holding.setdefault(owner, {})[group] = text
                     self.groups.setdefault(owner, set()).add(group)

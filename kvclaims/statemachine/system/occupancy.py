@@ -118,11 +118,13 @@ class OccupancyModel:
             present = claim.present
             if present is None:
                 unnamed += untracked(claim, top)
-            elif ASSUMED in present[:top]:
+                continue
+            assumed = present[:top].count(ASSUMED)
+            if assumed:
                 self._count_scan(len(claim.contents))
                 known = [c for p, c in claim.contents.items() if p < top and present[p] == ASSUMED]
                 contents.update(known)
-                unnamed += present[:top].count(ASSUMED) - len(known)
+                unnamed += assumed - len(known)
         if contents:
             self._count_scan(len(blocks))
             contents -= {self.block_hash[key] for key in blocks}
