@@ -209,6 +209,23 @@ def test_a_hybrid_position_is_back_only_when_every_group_holds_it_again(tmp_path
     assert verdict(tmp_path, back).outcome is Outcome.accepted
 
 
+def test_a_reset_takes_each_hybrid_position_once_and_a_repeated_store_adds_no_step(tmp_path: Path) -> None:
+    """A prefix-cache reset removes every group's blocks: each position leaves the device once.
+    A group publishing its store again while it holds the prefix moves nothing."""
+    full = prefix(group_idx=0, kv_cache_spec_kind="full_attention")
+    data = capture([full, WINDOW], [full], [{"type": "AllBlocksCleared"}])
+    events = steps(tmp_path, data)
+    assert [s["event"] for s in events if s["event"].startswith("block_")] == [
+        "block_stored",
+        "block_stored",
+        "block_removed",
+        "block_removed",
+    ]
+    assert [s["position"] for s in events if s["event"] == "block_removed"] == [0, 1]
+    assert [s["event"] for s in events][-1] == "resident_claim_lost"
+    assert verdict(tmp_path, data).outcome is Outcome.accepted
+
+
 def test_a_position_restored_with_another_hash_is_rejected(tmp_path: Path) -> None:
     """The prefix's second block is evicted and stored again, with the same tokens under
     another hash: the position holds other content than it was stored with."""

@@ -351,6 +351,18 @@ def _shared_prefix_restored_by_count() -> list[Event]:
     return [*materialized_claim(), *shared, *away, *others, *back]
 
 
+def _two_prefixes_restored_by_count() -> list[Event]:
+    """C and B hold prefixes of other content (2 blocks each), go offloaded and are restored by
+    count: 4 blocks on the device, none named, the pool of 4 full."""
+    other = [accept("B"), stored("B", 0, 200, "b0"), stored("B", 1, 201, "b1"), materialized("B")]
+    away = [claim_event("offloaded", c, tier="cpu") for c in "CB"]
+    away += [removed("C", 0, 100, "h0"), removed("C", 1, 101, "h1")]
+    away += [removed("B", 0, 200, "b0"), removed("B", 1, 201, "b1")]
+    back = [claim_event("restore_required", c, request_id="r") for c in "CB"]
+    back += [claim_event("restored", c, request_id="r", restored_blocks=2) for c in "CB"]
+    return [*materialized_claim(), *other, *away, *back]
+
+
 def _refused_by(blocking: list[str], protected: int) -> Event:
     """A capacity refusal of request q in the pool of 4, blaming `blocking`."""
     return {
@@ -374,6 +386,18 @@ CASES += [
     (
         "restore-by-count-of-a-shared-prefix-then-its-refusal",
         [*SHARED_RESTORE, _refused_by(["C", "B"], 2)],
+        Outcome.accepted,
+        None,
+    ),
+    (
+        "restore-by-count-of-two-prefixes-then-a-refusal-counting-one",
+        [*_two_prefixes_restored_by_count(), _refused_by(["C", "B"], 2)],
+        Outcome.rejected,
+        R.capacity_state,
+    ),
+    (
+        "restore-by-count-of-two-prefixes-then-a-refusal-counting-both",
+        [*_two_prefixes_restored_by_count(), _refused_by(["C", "B"], 4)],
         Outcome.accepted,
         None,
     ),

@@ -54,6 +54,23 @@ def post(
     return answer.status_code, answer.json()
 
 
+def restores_before_removals(trace: Path) -> tuple[int, list[int]]:
+    """(how many engine steps report both a completed restore and a block removal, the steps
+    among them where a removal comes after a restore)."""
+    events: dict[int, list[str]] = {}
+    for line in trace.read_text().splitlines()[1:]:
+        event = json.loads(line)
+        if "engine_step" in event:
+            events.setdefault(event["engine_step"], []).append(event["event"])
+    both = {s: e for s, e in events.items() if "resident_claim_restored" in e and "block_removed" in e}
+    late = [
+        step
+        for step, names in both.items()
+        if names.index("resident_claim_restored") < len(names) - 1 - names[::-1].index("block_removed")
+    ]
+    return len(both), late
+
+
 def note(answer: tuple[int, Any]) -> str | None:
     """The claim note a served (200) response carries back to the client."""
     from kvclaims.vllm_binding.outcome import response_note
@@ -123,6 +140,10 @@ def test_sigkill_mid_soak_leaves_a_truncated_prefix_and_a_restart_starts_a_new_s
     assert facts.seq_complete and facts.closed
     verdict = check_trace(stream)
     assert verdict.outcome == "accepted", verdict.reason
+    # within an engine step, the evictions that made room come before the step's completed
+    # loads: a restore reported first held more blocks than the pool (rejected under some seeds)
+    both, late = restores_before_removals(stream)
+    assert both > 0 and late == [], (both, late[:5])
 
     # what the clients saw: every request answered; errors only where vLLM's own paths give them
     outcomes = result.outcomes
