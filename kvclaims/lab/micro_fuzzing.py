@@ -2,7 +2,8 @@
 
 `MicroRuntimeMachine` drives a MicroRuntime with rules that only generate legal successors
 (submit / accept / reject through the policy, materialize, active requests, eviction pressure,
-demote, expire, offload, restore, failed restores, checkpoint corruption, reuse, release) and
+demote, expire, offload, restore, failed restores, checkpoint corruption, reuse, release, and
+soft terms: capped durations and extensions, DESIGN 6.3) and
 checks, after every step, invariants named after the property they guard:
 
 - `block_conservation`: free + resident + active = usable, from a recount of the pool;
@@ -61,6 +62,7 @@ from kvclaims.microruntime.tracing import TraceBuffer
 from kvclaims.refinement.checker import Checker, Rejection, Undecidable
 from kvclaims.refinement.decoding import convert_event
 from kvclaims.spec.capacity import recorded_capacity_problem
+from kvclaims.spec.errors import InputError
 from kvclaims.spec.tables import PRESERVING_MODES
 from kvclaims.spec.trace import (
     EVENT_MODELS,
@@ -201,6 +203,11 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
             self.runtime.register_object(object_id, blocks)
         self.clock_started: dict[str, int] = {}
         """Per `duration_ms` claim, the `t_ns` its trace says its clock (re)started at."""
+        self.clock_decided: dict[str, int] = {}
+        self.clock_cap_ns: dict[str, int] = {}
+        self.clock_extended: dict[str, int] = {}
+        """Per `duration_ms` claim, from its trace: the `t_ns` of its acceptance, its cap's
+        `max_duration_ms` in ns (if capped) and the latest end an extension granted."""
         self.job_turns: dict[str, int] = {}
         self.job_pins: dict[str, str] = {}
         """Per agent job, its next turn and its live pin claim (Continuum as claims)."""
@@ -279,7 +286,12 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
     def _track_clock(self, name: str, event: dict[str, Any]) -> None:
         claim_id = event.get("claim_id")
         if name == "resident_claim_accepted" and event.get("duration_ms"):
-            self.clock_started[claim_id] = event["t_ns"]
+            self.clock_started[claim_id] = self.clock_decided[claim_id] = event["t_ns"]
+            if event.get("max_duration_ms"):
+                self.clock_cap_ns[claim_id] = event["max_duration_ms"] * 1_000_000
+        elif name == "resident_claim_extended" and event.get("duration_ms"):
+            end = event["t_ns"] + event["duration_ms"] * 1_000_000
+            self.clock_extended[claim_id] = max(end, self.clock_extended.get(claim_id, end))
         elif name == "request_reused" and event["predicate_satisfied"] and claim_id in self.clock_started:
             claim = self.runtime.claims.get(claim_id)
             if claim is not None and claim.spec.refresh_on_hit:
@@ -318,6 +330,7 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
         required_cut=st.integers(0, 3),
         two_key=st.booleans(),
         duration=st.integers(1, 5),
+        cap=st.none() | st.integers(0, 2),
     )
     def submit_claim(
         self,
@@ -327,8 +340,12 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
         required_cut: int,
         two_key: bool,
         duration: int,
+        cap: int | None = None,
     ) -> None:
-        """Submit a claim; the policy accepts or rejects it (both are legal successors)."""
+        """Submit a claim; the policy accepts or rejects it (both are legal successors). An
+        expiring one lasts `duration` engine steps, capped `cap` steps beyond that if given."""
+        expiring = mode is ProtectionMode.expiring
+        steps_cap = cap if expiring else None
         footprint = max(1, OBJECTS[object_id] - footprint_cut)
         required = max(1, footprint - required_cut)
         spec = ClaimSpec(
@@ -338,7 +355,8 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
             footprint,
             required,
             owner_scope=f"tenant-{footprint_cut}",
-            duration_steps=duration if mode is ProtectionMode.expiring else None,
+            duration_steps=duration if expiring else None,
+            max_duration_steps=None if steps_cap is None else duration + steps_cap,
             two_key=two_key,
         )
         self.runtime.submit_claim(spec)
@@ -356,10 +374,14 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
         object_id=st.sampled_from(sorted(OBJECTS)),
         duration_ms=st.integers(1, 400),
         refresh_on_hit=st.booleans(),
+        cap_ms=st.none() | st.integers(0, 150),
     )
-    def submit_timed_claim(self, object_id: str, duration_ms: int, refresh_on_hit: bool) -> None:
+    def submit_timed_claim(
+        self, object_id: str, duration_ms: int, refresh_on_hit: bool, cap_ms: int | None = None
+    ) -> None:
         """A wall-clock claim (TTL style): expires `duration_ms` after acceptance, or after its
-        last satisfied reuse with `refresh_on_hit`."""
+        last satisfied reuse with `refresh_on_hit`; with `cap_ms`, never later than
+        `duration_ms + cap_ms` after acceptance (a capped TTL)."""
         blocks = OBJECTS[object_id]
         spec = ClaimSpec(
             self._next("claim-"),
@@ -369,8 +391,46 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
             blocks,
             duration_ms=duration_ms,
             refresh_on_hit=refresh_on_hit,
+            max_duration_ms=None if cap_ms is None else duration_ms + cap_ms,
         )
         self.runtime.submit_claim(spec)
+
+    def _extendable(self) -> list[MicroClaim]:
+        return self._claims(
+            lambda c: (
+                (c.spec.duration_steps is not None or c.spec.duration_ms is not None)
+                and self.runtime.allows(c.spec.claim_id, Event.extend)
+            )
+        )
+
+    @precondition(lambda self: self._extendable())
+    @rule(index=st.integers(0, 63), length=st.integers(1, 500))
+    def extend(self, index: int, length: int) -> None:
+        """An owner asks to lengthen a timed claim's term (extend-only deadlines, DESIGN 6.3) by
+        `length` ms, or `1 + length % 6` engine steps: granted, clipped to its cap or refused,
+        and only a grant emits an event. One request in four names the clock the claim lacks:
+        an input error that emits nothing."""
+        steps, ms, wrong_clock = 1 + length % 6, length, length % 4 == 0
+        claim = self._pick(self._extendable(), index)
+        claim_id = claim.spec.claim_id
+        on_steps = (claim.spec.duration_steps is not None) != wrong_clock
+        request = {"duration_steps": steps} if on_steps else {"duration_ms": ms}
+        before = len(self.buffer.events)
+        if wrong_clock:
+            try:
+                self.runtime.extend_claim(claim_id, **request)
+            except InputError:
+                expected = 0
+            else:
+                raise InvariantBroken(f"extensions_emit_only_grants: {claim_id} extended on a clock it lacks")
+        else:
+            result = self.runtime.extend_claim(claim_id, reason="fuzz", **request)
+            expected = 1 if result.granted else 0
+        emitted = len(self.buffer.events) - before
+        if emitted != expected:
+            raise InvariantBroken(
+                f"extensions_emit_only_grants: extending {claim_id} by {request} emitted {emitted} events"
+            )
 
     @rule(ms=st.integers(1, 300))
     def advance_clock(self, ms: int) -> None:
@@ -557,17 +617,24 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
 
     @invariant()
     def timed_claims_expire_on_time(self) -> None:
-        """A `duration_ms` claim still responsible has not outlived its duration on the
-        runtime's clock (early expiry is the refinement checker's `duration` rule)."""
+        """A `duration_ms` claim still responsible has not outlived its term on the runtime's
+        clock: `min(max(start + duration, latest extension), acceptance + cap)`, all read from
+        its trace (early expiry is the refinement checker's `duration` rule)."""
         self._observe()
         now = self.runtime.now_ns
         for claim in self._claims(lambda c: c.phase in RESPONSIBLE and c.spec.duration_ms is not None):
-            started = self.clock_started.get(claim.spec.claim_id)
-            if started is not None and now - started >= claim.spec.duration_ms * 1_000_000:
-                promised = claim.spec.duration_ms
+            claim_id = claim.spec.claim_id
+            started = self.clock_started.get(claim_id)
+            if started is None:
+                continue
+            end = max(started + claim.spec.duration_ms * 1_000_000, self.clock_extended.get(claim_id, 0))
+            if claim_id in self.clock_cap_ns:
+                end = min(end, self.clock_decided[claim_id] + self.clock_cap_ns[claim_id])
+            if now >= end:
                 raise InvariantBroken(
-                    f"timed_claims_expire_on_time: {claim.spec.claim_id} is {claim.phase} "
-                    f"{(now - started) / 1e6:g} ms after its clock started; it promised {promised} ms"
+                    f"timed_claims_expire_on_time: {claim_id} is {claim.phase} "
+                    f"{(now - started) / 1e6:g} ms after its clock started; its term ended "
+                    f"{(end - started) / 1e6:g} ms after it"
                 )
 
     @invariant()

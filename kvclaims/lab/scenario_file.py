@@ -13,6 +13,7 @@ steps:
   - request: {request_id: a1, object_id: bulky, blocks: 70, chunks: [20, 20, 20, 10]}
   - tick: 1
   - demote: c1                     # also: release, offload, finish (a request id)
+  - extend: {claim_id: c1, duration_steps: 5}   # extend-only; clipped at max_duration_steps
   - fault: {kind: restore_failure, claim_id: c1}
 ```
 
@@ -55,6 +56,9 @@ class ClaimEntry(_Entry):
     required_blocks: StrictInt | None = None
     owner_scope: Identifier = "tenant-0"
     duration_steps: StrictInt | None = None
+    max_duration_steps: StrictInt | None = None
+    """A cap on the claim's protected life from acceptance (DESIGN 6.3)."""
+    refresh_on_hit: StrictBool = False
     two_key: StrictBool = False
     value: float = 0.0
 
@@ -68,6 +72,8 @@ class ClaimEntry(_Entry):
             required,
             owner_scope=self.owner_scope,
             duration_steps=self.duration_steps,
+            max_duration_steps=self.max_duration_steps,
+            refresh_on_hit=self.refresh_on_hit,
             two_key=self.two_key,
             value=self.value,
         )
@@ -100,6 +106,13 @@ class FaultEntry(_Entry):
     outcome: RestorationOutcome | None = None
 
 
+class ExtendEntry(_Entry):
+    """A request to lengthen a claim's term by `duration_steps` from now (extend-only)."""
+
+    claim_id: Identifier
+    duration_steps: PositiveInt
+
+
 class StepEntry(_Entry):
     """Exactly one operation."""
 
@@ -111,6 +124,7 @@ class StepEntry(_Entry):
     demote: Identifier | None = None
     release: Identifier | None = None
     offload: Identifier | None = None
+    extend: ExtendEntry | None = None
     fault: FaultEntry | None = None
 
     @model_validator(mode="after")
@@ -186,9 +200,10 @@ def run_scenario_file(path: Path) -> ScenarioResult:
     )
     for object_id, blocks in scenario.objects.items():
         runtime.register_object(object_id, blocks)
+    extensions: list[dict[str, Any]] = []
     for index, step in enumerate(scenario.steps):
         try:
-            _apply(runtime, step)
+            _apply(runtime, step, extensions)
         except InputError as error:
             raise InputError(
                 [Problem(str(path), problem.message, field=f"steps.{index}") for problem in error.problems]
@@ -196,11 +211,11 @@ def run_scenario_file(path: Path) -> ScenarioResult:
     runtime.close()
     result = ScenarioResult(scenario.name, f"scenario file {path.name}", scenario.name.startswith("control-"))
     result.runs.append(ScenarioRun(scenario.name, runtime.header, buffer.events))
-    result.summary = _summary(runtime, buffer)
+    result.summary = _summary(runtime, buffer) | ({"extensions": extensions} if extensions else {})
     return result
 
 
-def _apply(runtime: MicroRuntime, step: StepEntry) -> None:
+def _apply(runtime: MicroRuntime, step: StepEntry, extensions: list[dict[str, Any]]) -> None:
     if step.claims is not None:
         runtime.submit_claims([claim.spec() for claim in step.claims])
     elif step.prefill is not None or step.request is not None:
@@ -221,6 +236,12 @@ def _apply(runtime: MicroRuntime, step: StepEntry) -> None:
         runtime.release(step.release)
     elif step.offload is not None:
         runtime.offload(step.offload)
+    elif step.extend is not None:
+        done = runtime.extend_claim(step.extend.claim_id, duration_steps=step.extend.duration_steps)
+        extensions.append(
+            {"claim_id": done.claim_id, "outcome": done.outcome.value, "granted_steps": done.duration_steps}
+            | ({"why": done.why} if done.why else {})
+        )
     elif step.fault is not None:
         fault = step.fault
         runtime.inject_fault(fault.kind, fault.claim_id, position=fault.position, outcome=fault.outcome)

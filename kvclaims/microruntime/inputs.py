@@ -21,7 +21,11 @@ from kvclaims.spec.vocabulary import ProtectionMode
 class ClaimSpec:
     """A resident claim as submitted: the reusable prefix `object_id`, the leading blocks it
     needs (`required_blocks`, or the boundary B of a two-key claim) and the blocks it asks the
-    runtime to hold (`footprint_blocks`). `value` is an optional policy input (seed 001 3.1)."""
+    runtime to hold (`footprint_blocks`). `value` is an optional policy input (seed 001 3.1).
+
+    `max_duration_steps` / `max_duration_ms` cap the claim's whole protected life on the clock of
+    its duration, from acceptance (DESIGN 6.3, soft terms): neither a refreshing hit nor an
+    extension (`MicroRuntime.extend_claim`) keeps it past the cap."""
 
     claim_id: str
     object_id: str
@@ -34,6 +38,8 @@ class ClaimSpec:
     refresh_on_hit: bool = False
     two_key: bool = False
     value: float = 0.0
+    max_duration_steps: int | None = None
+    max_duration_ms: int | None = None
 
     def predicate(self) -> dict[str, Any]:
         """The trace form of the materialization predicate."""
@@ -57,6 +63,10 @@ class ClaimSpec:
             terms["duration_ms"] = self.duration_ms
         if self.refresh_on_hit:
             terms["refresh_on_hit"] = True
+        if self.max_duration_steps is not None:
+            terms["max_duration_steps"] = self.max_duration_steps
+        if self.max_duration_ms is not None:
+            terms["max_duration_ms"] = self.max_duration_ms
         return terms
 
 
@@ -93,7 +103,9 @@ class RequestSpec:
 
 def _duration_problem(claim: ClaimSpec) -> str | None:
     """One positive duration per expiring claim: steps or milliseconds. Both at once would
-    promise two clocks, and expiring on the first to end would break the other's promise."""
+    promise two clocks, and expiring on the first to end would break the other's promise. A cap
+    bounds the duration of its own clock, so it needs that duration and is at least as long (the
+    contract's `caps_bound_their_durations`, same messages)."""
     given = [d for d in (claim.duration_steps, claim.duration_ms) if d is not None]
     if any(d <= 0 for d in given):
         return "a duration must be positive"
@@ -103,6 +115,16 @@ def _duration_problem(claim: ClaimSpec) -> str | None:
         return "an expiring claim needs a positive duration_steps or duration_ms"
     if claim.refresh_on_hit and not given:
         return "refresh_on_hit needs a duration to refresh"
+    for clock in ("steps", "ms"):
+        cap, duration = getattr(claim, f"max_duration_{clock}"), getattr(claim, f"duration_{clock}")
+        if cap is None:
+            continue
+        if cap <= 0:
+            return "a cap must be positive"
+        if duration is None:
+            return f"max_duration_{clock}: a cap needs duration_{clock}, the term it caps"
+        if cap < duration:
+            return f"max_duration_{clock} {cap} is shorter than duration_{clock} {duration}"
     return None
 
 

@@ -66,7 +66,19 @@ reserves no device block until its restore)."""
 
 _NS_PER_MS = 1_000_000
 
-__all__ = ["FaultKind", "LifecycleBug", "MicroClaim", "MicroRuntime", "RequestOutcome"]
+_SCALE = {"steps": 1, "ms": _NS_PER_MS}
+"""Per duration clock (the `<clock>` of `duration_<clock>` / `max_duration_<clock>`), the
+runtime's units per trace unit: engine steps are steps, milliseconds are `t_ns` nanoseconds."""
+
+__all__ = [
+    "Extension",
+    "ExtensionOutcome",
+    "FaultKind",
+    "LifecycleBug",
+    "MicroClaim",
+    "MicroRuntime",
+    "RequestOutcome",
+]
 
 
 class FaultKind(StrEnum):
@@ -93,6 +105,37 @@ class RequestOutcome(StrEnum):
     to blame, so nothing is attributed (like vLLM's waiting queue)."""
 
 
+class ExtensionOutcome(StrEnum):
+    """What `MicroRuntime.extend_claim` did with a request that named an extendable claim."""
+
+    granted = "granted"
+    """The requested term, in full: `resident_claim_extended` was emitted."""
+    clipped = "clipped"
+    """Granted up to the claim's cap only (the request asked past it): emitted with the
+    shorter duration that ends at the cap."""
+    refused = "refused"
+    """Nothing granted, nothing emitted: the term would not end later than the one the claim
+    already has (a shorter request, or a claim already at its cap)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Extension:
+    """The result of `MicroRuntime.extend_claim`: the outcome, the durations the emitted
+    `resident_claim_extended` carries (from the extension's stamp; None where not granted) and,
+    for a clipped or refused request, why."""
+
+    claim_id: str
+    outcome: ExtensionOutcome
+    duration_steps: int | None = None
+    duration_ms: int | None = None
+    why: str | None = None
+
+    @property
+    def granted(self) -> bool:
+        """Whether the term got longer (an event was emitted)."""
+        return self.outcome is not ExtensionOutcome.refused
+
+
 @dataclass(eq=False, slots=True, kw_only=True)
 class MicroClaim(Claim):
     """A ledger claim (`slots[i]`: the pool block holding position i) plus the MicroRuntime's
@@ -105,9 +148,39 @@ class MicroClaim(Claim):
     pinned: list[int] = field(default_factory=list)
     retained: list[int] = field(default_factory=list)
     expires_at: int | None = None
+    """The engine step its `duration_steps` term ends at (its armed deadline), if it has one."""
+    decided: tuple[int, int] = (0, 0)
+    """(engine step, t_ns) of its acceptance: where its caps run from."""
+    started: tuple[int, int] = (0, 0)
+    """(engine step, t_ns) its duration clock runs from: acceptance or the last refreshing hit."""
+    extended_to: dict[str, int] = field(default_factory=dict)
+    """Per clock ("steps" / "ms"), the latest end an extension granted (engine step / t_ns)."""
     checkpoint: HybridCheckpoint | None = None
     recorded_value_hash: str | None = None
     failing_restore: RestorationOutcome | None = None
+
+    def promised_end(self, clock: str) -> int | None:
+        """The earliest engine step (`clock` "steps") or `t_ns` ("ms") at which the claim may
+        expire (DESIGN 6.3): `min(max(start + duration, latest extension), decision + cap)`;
+        None if its terms carry no duration on that clock."""
+        spec = self.spec
+        duration = spec.duration_steps if clock == "steps" else spec.duration_ms
+        if duration is None:
+            return None
+        at, scale = (0, 1) if clock == "steps" else (1, _NS_PER_MS)
+        end = self.started[at] + duration * scale
+        extended = self.extended_to.get(clock)
+        if extended is not None and extended > end:
+            end = extended
+        cap = spec.max_duration_steps if clock == "steps" else spec.max_duration_ms
+        if cap is not None:
+            end = min(end, self.decided[at] + cap * scale)
+        return end
+
+    def cap_end(self, clock: str) -> int | None:
+        """Where the claim's cap on `clock` ends its protected life (None: no cap)."""
+        cap = self.spec.max_duration_steps if clock == "steps" else self.spec.max_duration_ms
+        return None if cap is None else self.decided[0 if clock == "steps" else 1] + cap * _SCALE[clock]
 
     @classmethod
     def of(cls, spec: ClaimSpec) -> MicroClaim:
@@ -170,7 +243,7 @@ class MicroRuntime:
     """A MicroRuntime over `usable_blocks` blocks of `block_size` tokens, run by `policy`.
 
     Drive it with `submit_claims`, `submit_request` / `finish_request`, `demote`, `release`,
-    `offload`, `inject_fault` and `tick`; read results from its records and its trace (the
+    `offload`, `extend_claim`, `inject_fault` and `tick`; read results from its records and its trace (the
     `sink`). `close` checks that no claim still owes an event.
     """
 
@@ -336,6 +409,7 @@ class MicroRuntime:
         claim.protection = self.policy.protection_of(spec.mode)
         claim.protected_blocks = plan.protected_blocks if claim.protection is not Protection.none else 0
         self.ledger.accept(claim, protects=claim.protection is Protection.pin)
+        claim.decided = claim.started = (self.step, self.now_ns)
         if spec.mode is ProtectionMode.expiring:
             self._arm_expiry(claim)
         self._claims_on.setdefault(spec.object_id, []).append(claim)
@@ -487,15 +561,94 @@ class MicroRuntime:
         self.stats.host_offloaded_blocks += claim.leading_blocks
         self._end_protection(claim)
 
+    def extend_claim(
+        self,
+        claim_id: str,
+        *,
+        duration_steps: int | None = None,
+        duration_ms: int | None = None,
+        reason: str | None = None,
+    ) -> Extension:
+        """Lengthen a claim's term (extend-only deadlines, DESIGN 6.3): on the clock its terms
+        carry, the claim may not expire before now plus the duration given (engine steps from
+        `step`, milliseconds from `now_ns`), and an expiring claim's deadline moves there.
+
+        The grant is `min(now + duration, the cap's end)`: a request past the cap is clipped
+        to it (`ExtensionOutcome.clipped`, the emitted duration ends at the cap). A grant that
+        would not end later than the term the claim already has (a shorter request, a claim at
+        its cap) changes nothing and emits nothing (`ExtensionOutcome.refused`). A granted or
+        clipped extension emits `resident_claim_extended` with the granted duration (and
+        `reason`) and steps the claim's `extend` self-loop; its phase does not change.
+
+        Raises `InputError` (nothing emitted or changed) for a request the contract cannot take:
+        an unknown claim, one whose term has ended or never began (not accepted, materialized,
+        offloaded or restoring), no or a non-positive duration, or a clock the claim's terms
+        lack (adding a clock would be a change of terms)."""
+        claim = self._claim(claim_id)
+        self._require(claim, Event.extend)
+        requested = {c: d for c, d in (("steps", duration_steps), ("ms", duration_ms)) if d is not None}
+        problem = None
+        if not requested:
+            problem = "give duration_steps or duration_ms: the term the extension grants"
+        elif any(d <= 0 for d in requested.values()):
+            problem = "an extension's duration must be positive"
+        else:
+            lacking = [c for c in requested if claim.promised_end(c) is None]
+            if lacking:
+                problem = (
+                    f"claim {claim_id} carries no duration_{lacking[0]}: an extension adds no clock "
+                    "(that is a change of terms)"
+                )
+        if problem is not None:
+            raise InputError([Problem(self.header["source"], problem, field="duration")])
+        granted: dict[str, int] = {}
+        ends: dict[str, int] = {}
+        clipped = False
+        for clock, duration in requested.items():
+            scale, now = _SCALE[clock], self.step if clock == "steps" else self.now_ns
+            end, cap_end = now + duration * scale, claim.cap_end(clock)
+            if cap_end is not None and end > cap_end:
+                duration = (cap_end - now) // scale  # the most the cap leaves, in whole units
+                end, clipped = now + duration * scale, True
+            promised = claim.promised_end(clock)
+            assert promised is not None
+            if duration > 0 and end > promised:
+                granted[clock], ends[clock] = duration, end
+        if not granted:
+            return Extension(
+                claim_id,
+                ExtensionOutcome.refused,
+                why="the term would not end later than the one the claim already has"
+                + (" (it is at its cap)" if clipped else ""),
+            )
+        fields: dict[str, Any] = {"claim_id": claim_id}
+        fields.update({f"duration_{clock}": duration for clock, duration in granted.items()})
+        if reason is not None:
+            fields["reason"] = reason
+        self._emit("resident_claim_extended", fields)
+        self._advance(claim, Event.extend)
+        claim.extended_to.update(ends)
+        if claim.spec.mode is ProtectionMode.expiring:
+            self._arm_expiry(claim)
+        return Extension(
+            claim_id,
+            ExtensionOutcome.clipped if clipped else ExtensionOutcome.granted,
+            duration_steps=granted.get("steps"),
+            duration_ms=granted.get("ms"),
+            why="clipped to the claim's cap" if clipped else None,
+        )
+
     def _arm_expiry(self, claim: MicroClaim) -> None:
-        """(Re-)arm the claim's deadline from now: at acceptance, and on a satisfied reuse of
-        a `refresh_on_hit` claim (the model restarts its clock on that reuse)."""
-        spec = claim.spec
-        if spec.duration_steps is not None:
-            claim.expires_at = self.step + spec.duration_steps
-            self.ledger.expire_at(claim, step=claim.expires_at)
-        if spec.duration_ms is not None:
-            self.ledger.expire_at(claim, ms=self.now_ns / _NS_PER_MS + spec.duration_ms)
+        """(Re-)arm the claim's deadline at its promised end (`MicroClaim.promised_end`): at
+        acceptance, on a satisfied reuse of a `refresh_on_hit` claim (the model restarts its
+        clock on that reuse, never past the cap) and on an extension."""
+        steps_end = claim.promised_end("steps")
+        if steps_end is not None:
+            claim.expires_at = steps_end
+            self.ledger.expire_at(claim, step=steps_end)
+        ns_end = claim.promised_end("ms")
+        if ns_end is not None:
+            self.ledger.expire_at(claim, ms=ns_end / _NS_PER_MS)
 
     def _expire_due(self) -> None:
         now_ms = self.now_ns / _NS_PER_MS if self.wall_clock else None
@@ -881,8 +1034,10 @@ class MicroRuntime:
         )
         self._advance(claim, Event.reuse_satisfied if satisfied else Event.reuse_unsatisfied)
         self._advance_request(record, RequestEvent.reuse)
-        if satisfied and claim.spec.refresh_on_hit and claim.spec.mode is ProtectionMode.expiring:
-            self._arm_expiry(claim)
+        if satisfied and claim.spec.refresh_on_hit:
+            claim.started = (self.step, self.now_ns)  # what later extensions are judged against
+            if claim.spec.mode is ProtectionMode.expiring:
+                self._arm_expiry(claim)
         return True
 
     def _restore(self, record: RequestRecord, claim: MicroClaim) -> bool:

@@ -1,6 +1,6 @@
 """The oracle's abstract state of one trace (claims, blocks, requests, the pool), its cloning
 and abstract key for the exhaustive search, and the helpers every handler judges with (the
-choices C1-C16 are in kvclaims.oracle.interpreter's docstring)."""
+choices C1-C17 are in kvclaims.oracle.interpreter's docstring)."""
 
 from __future__ import annotations
 
@@ -173,22 +173,63 @@ class OracleCore:
         self._after_blocks_changed(claim, before)
 
     def _expiry_clock(self, claim: Claim, event: dict[str, Any]) -> None:
-        """C3: expiry before duration_steps / duration_ms have passed is a violation (class 2)."""
-        for promised, start, field_name, per_unit, unit in (
-            (claim.duration, claim.accepted_step, "engine_step", 1, "steps"),
-            (claim.duration_ms, claim.accepted_ns, "t_ns", 1_000_000, "ms"),
-        ):
-            if promised is None:
+        """C3/C17: an expiry earlier than the promised end on any clock the claim carries is a
+        violation (class 2); one the trace cannot place against that end is undecidable."""
+        for clock, stamp, per_unit in CLOCKS:
+            duration = claim.term(clock)[0]
+            if duration is None:
                 continue
-            now = event.get(field_name)
-            if start is None or not _is_int(now):
-                self._undecidable(f"{claim.claim_id}: expiry of a {promised} {unit} claim, no {field_name}")
-            elif now - start < promised * per_unit:
+            now = event.get(stamp)
+            end, exact = _promised_end(claim, clock, per_unit)
+            if _is_int(now) and end is not None and now < end:
                 raise Violation(
                     DURATION,
-                    f"{claim.claim_id} expired {(now - start) / per_unit:g} {unit} after its clock "
-                    f"started; it promised {promised}",
+                    f"{claim.claim_id} expired at {stamp} {now}, before {end}, the end of its "
+                    f"{duration} {clock} term{'' if exact else ' (a lower bound: an extension)'}",
                 )
+            if not _is_int(now) or not exact:
+                self._undecidable(
+                    f"{claim.claim_id}: expiry of a {duration} {clock} claim, its end on {stamp} unknown"
+                )
+
+    def _extension(self, claim: Claim, event: dict[str, Any]) -> None:
+        """C17: each clock the extension names gets the end `stamp + duration`: only a clock the
+        terms carry, never past the cap, never before the end already promised; then the latest
+        extension end is the later of the two."""
+        for clock, stamp, per_unit in CLOCKS:
+            given = event.get(f"duration_{clock}")
+            if given is None:
+                continue
+            duration, cap, _, decided, extended = claim.term(clock)
+            if duration is None:
+                raise Violation(
+                    DURATION, f"{claim.claim_id} extended on {clock}, a clock its terms do not carry"
+                )
+            now = event.get(stamp)
+            if not _is_int(now):
+                self._undecidable(f"{claim.claim_id}: an extension on {clock} without {stamp}")
+                continue
+            granted = now + given * per_unit
+            if cap is not None and decided is not None and granted > decided + cap * per_unit:
+                raise Violation(
+                    DURATION,
+                    f"{claim.claim_id} extended to {granted} on {stamp}, past its cap "
+                    f"{decided + cap * per_unit} (max_duration_{clock} {cap})",
+                )
+            end, exact = _promised_end(claim, clock, per_unit)
+            if end is not None and granted < end:
+                raise Violation(
+                    DURATION,
+                    f"{claim.claim_id} extended to {granted} on {stamp}, before the end {end} it "
+                    "already had: deadlines only extend",
+                )
+            if not exact:
+                self._undecidable(f"{claim.claim_id}: an extension on {clock}, the end it had unknown")
+            latest = granted if extended is None else max(extended, granted)
+            if clock == "steps":
+                claim.extended_step = latest
+            else:
+                claim.extended_ns = latest
 
     @staticmethod
     def _hit_restarts_clocks(claim: Claim, event: dict[str, Any]) -> None:
@@ -219,6 +260,32 @@ class OracleCore:
         for request_id, request in self.requests.items():
             if request.owes_refusal is not None:  # rule 4 / seed 000 path B
                 raise Violation(ATTRIBUTION, f"{request_id} owes a refusal naming {request.owes_refusal}")
+
+
+# C3/C17: the duration clocks: (name in `duration_<name>` / `max_duration_<name>`, the stamp
+# field it is judged on, stamp units per duration unit).
+CLOCKS = (("steps", "engine_step", 1), ("ms", "t_ns", 1_000_000))
+
+
+def _promised_end(claim: Claim, clock: str, per_unit: int) -> tuple[int | None, bool]:
+    """C17: the stamp before which the claim may not expire on `clock`, and whether it is exact.
+    The term runs `duration` from its start (the decision, or the last refreshing hit) or to the
+    latest extension end, whichever is later, but never past `decision + cap`. An unknown start
+    leaves the extension end as a lower bound; a cap with an unknown decision leaves nothing."""
+    duration, cap, start, decided, extended = claim.term(clock)
+    if cap is not None and decided is None:
+        return None, False  # a bound could lie past the capped end
+    if start is not None and duration is not None:
+        end, exact = start + duration * per_unit, True
+        if extended is not None and extended > end:
+            end = extended
+    elif extended is not None:
+        end, exact = extended, False
+    else:
+        return None, False
+    if cap is not None and decided is not None and end > decided + cap * per_unit:
+        end = decided + cap * per_unit
+    return end, exact
 
 
 def _restarted(start: int | None, hit: Any) -> int | None:

@@ -1,10 +1,11 @@
 """A randomized differential of the oracle and the checker over the whole trace v1 vocabulary
 (issue 26 item 3). `random_trace` draws a history event by event from every event type of the
 format, each field from a small universe (three claims, three requests, six blocks, two
-checkpoint values, every mode, both clocks, optional fields present or absent), steered toward
-legal histories: at each step up to `tries` candidates are drawn and the first the oracle does
-not reject is kept (a legal extension), else the last is kept (a violation). Some histories are
-then mutated once (`mutations.mutate`). Both judge the result; the outcomes must agree.
+checkpoint values, every mode, both clocks, caps and extensions, optional fields present or
+absent), steered toward legal histories: at each step up to `tries` candidates are drawn and
+the first the oracle does not reject is kept (a legal extension), else the last is kept (a
+violation). Some histories are then mutated once (`mutations.mutate`). Both judge the result;
+the outcomes must agree.
 
     python -m kvclaims.oracle.differential --cases 20000 [--seed S]
 """
@@ -56,6 +57,8 @@ def _checkpoint(rng: random.Random) -> dict[str, Any]:
 
 def _terms(rng: random.Random, claim_id: str) -> dict[str, Any]:
     footprint = rng.randint(1, 3)
+    steps = _maybe(rng, rng.randint(1, 3), 0.25)
+    ms = _maybe(rng, rng.randint(1, 3), 0.25)
     return {
         "claim_id": claim_id,
         "owner_scope": rng.choice(("o", "o", "o2")),
@@ -63,10 +66,29 @@ def _terms(rng: random.Random, claim_id: str) -> dict[str, Any]:
         "mode": rng.choice(MODES),
         "footprint_blocks": footprint,
         "predicate": _predicate(rng, footprint),
-        "duration_steps": _maybe(rng, rng.randint(1, 3), 0.25),
-        "duration_ms": _maybe(rng, rng.randint(1, 3), 0.25),
+        "duration_steps": steps,
+        "duration_ms": ms,
         "refresh_on_hit": _maybe(rng, rng.random() < 0.5, 0.25),
+        "max_duration_steps": _cap(rng, steps),
+        "max_duration_ms": _cap(rng, ms),
     }
+
+
+def _cap(rng: random.Random, duration: int | None) -> int | None:
+    """A cap (soft terms, DESIGN 6.3) on a clock the terms carry, as long as its duration or
+    up to 3 longer (shorter, or without the duration, is not a trace)."""
+    if duration is None or rng.random() < 0.5:
+        return None
+    return duration + rng.randint(0, 3)
+
+
+def _extension(rng: random.Random, claim_id: str) -> dict[str, Any]:
+    """An extension (soft terms) on one clock or both, 1..4 units from its stamp."""
+    clocks = rng.choice((("steps",), ("ms",), ("steps", "ms")))
+    fields: dict[str, Any] = {"claim_id": claim_id, "reason": _maybe(rng, "lease", 0.3)}
+    for clock in clocks:
+        fields[f"duration_{clock}"] = rng.randint(1, 4)
+    return fields
 
 
 def _proof(rng: random.Random) -> dict[str, int]:
@@ -95,6 +117,8 @@ def random_event(rng: random.Random, clock: dict[str, int]) -> dict[str, Any]:
         fields = _terms(rng, claim)
     elif name == "resident_claim_rejected":
         fields = {"claim_id": claim, "reason": "full"}
+    elif name == "resident_claim_extended":
+        fields = _extension(rng, claim)
     elif name == "resident_claim_materialized":
         fields = {
             "claim_id": claim,

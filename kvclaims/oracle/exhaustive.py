@@ -191,6 +191,13 @@ FULL_MENU: tuple[tuple[str, dict[str, Any]], ...] = (
 SUBMITTED2 = _terms("c2", "hard_protected", 2, _blocks(2))
 TTL2 = _terms("c2", "expiring", 1, _blocks(1), duration_ms=2, refresh_on_hit=True, t_ns=0)
 TOKENS1 = _terms("c1", "hard_protected", 2, {"kind": "leading_prefix_at_least", "tokens": 17})
+# Soft terms (DESIGN 6.3, issue 28): c2 capped on both clocks (1 step within 2; 1 ms within 4),
+# refreshed by r2's hit (step 1, 2 ms), against the menu's expiries of c2 (steps 1, 2, 5; 1, 3
+# and 5 ms) and its extensions below.
+CAPPED2 = _terms(
+    "c2", "expiring", 1, _blocks(1), duration_steps=1, max_duration_steps=2, duration_ms=1,
+    max_duration_ms=4, refresh_on_hit=True,
+)  # fmt: skip
 
 # `whole` adds every event type and field of trace v1 the smaller menus leave out: conditional
 # acceptance (changed terms, another owner, no submission), the wall clock (`duration_ms` on
@@ -242,6 +249,20 @@ WHOLE_MENU: tuple[tuple[str, dict[str, Any]], ...] = (
     ("block_stored", {"block_id": 1, "block_hash": "h1", "claim_id": "c2"}),
     # a position's content in a new block (a restore's), beside the other content menus store there
     _stored(4, "h2", "c2", 0),
+    # soft terms (issue 28): caps submitted, repeated or changed (with no decision stamp, so the
+    # cap's end is unknown), and extensions: past a cap or binding (3 steps), a new or a longer
+    # wall clock (3 ms), a shorter one on both clocks, one with no stamp, one of c1 (no term)
+    ("resident_claim_submitted", CAPPED2),
+    ("resident_claim_accepted", {**CAPPED2, "engine_step": 0, "t_ns": 0}),
+    ("resident_claim_conditionally_accepted", {**CAPPED2, "max_duration_steps": 3, "reason": "longer cap"}),
+    ("resident_claim_extended", {"claim_id": "c2", "duration_steps": 2, "engine_step": 1}),
+    ("resident_claim_extended", {"claim_id": "c2", "duration_ms": 1, "t_ns": 2_000_000, "reason": "lease"}),
+    (
+        "resident_claim_extended",
+        {"claim_id": "c2", "duration_steps": 1, "duration_ms": 1, "engine_step": 0, "t_ns": 0},
+    ),
+    ("resident_claim_extended", {"claim_id": "c2", "duration_steps": 3}),
+    ("resident_claim_extended", {"claim_id": "c1", "duration_steps": 1, "engine_step": 0}),
 )
 
 MENUS = {"core": CORE_MENU, "full": FULL_MENU, "whole": WHOLE_MENU}

@@ -24,6 +24,8 @@ _TERMS = {
     "duration_steps": (_POS, False),
     "duration_ms": (_POS, False),
     "refresh_on_hit": (_BOOL, False),
+    "max_duration_steps": (_POS, False),  # C17: a cap on the claim's whole protected life
+    "max_duration_ms": (_POS, False),
 }
 _CLAIM = {"claim_id": (_ID, True)}
 _BLOCK = {
@@ -45,6 +47,12 @@ SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
     "resident_claim_accepted": _TERMS,
     "resident_claim_conditionally_accepted": {**_TERMS, "reason": (_TEXT, False)},
     "resident_claim_rejected": {**_CLAIM, "reason": (_TEXT, True)},
+    "resident_claim_extended": {  # C17: an extend-only deadline
+        **_CLAIM,
+        "duration_steps": (_POS, False),
+        "duration_ms": (_POS, False),
+        "reason": (_TEXT, False),
+    },
     "resident_claim_materialized": {
         **_CLAIM,
         "leading_blocks": (_PREFIX, True),
@@ -99,6 +107,7 @@ CLOCK_EVENTS = frozenset(
     {
         "resident_claim_accepted",
         "resident_claim_conditionally_accepted",
+        "resident_claim_extended",
         "resident_claim_expired",
         "resident_claim_restoration_failed",
         "request_reused",
@@ -109,6 +118,7 @@ CLOCK_EVENTS = frozenset(
 INFORMATIONAL: dict[str, frozenset[str]] = {
     "resident_claim_conditionally_accepted": frozenset({"reason"}),
     "resident_claim_rejected": frozenset({"reason"}),
+    "resident_claim_extended": frozenset({"reason"}),
     "resident_claim_demoted": frozenset({"reason"}),
     "resident_claim_expired": frozenset({"reason"}),
     "resident_claim_released": frozenset({"reason"}),
@@ -280,4 +290,29 @@ def parse_event(line: bytes, previous_seq: int | None) -> dict[str, Any]:
     schema = SCHEMA.get(name)
     if schema is not None:
         _check_fields(event, schema)
+        _check_soft_terms(name, event)
     return event
+
+
+# C17 (DESIGN 6.3): the events whose terms may carry a cap, and the clocks' field names.
+CAPPED_EVENTS = frozenset(
+    {"resident_claim_submitted", "resident_claim_accepted", "resident_claim_conditionally_accepted"}
+)
+CLOCK_NAMES = ("steps", "ms")
+
+
+def _check_soft_terms(name: str, event: dict[str, Any]) -> None:
+    """C17: a cap bounds the duration of its own clock (it needs that duration and is no
+    shorter); an extension gives a duration on at least one clock. Anything else is not a trace."""
+    if name in CAPPED_EVENTS:
+        for clock in CLOCK_NAMES:
+            cap, duration = event.get(f"max_duration_{clock}"), event.get(f"duration_{clock}")
+            if cap is None:
+                continue
+            if duration is None:
+                raise BadInput(f"max_duration_{clock} without duration_{clock}: a cap with nothing to cap")
+            if cap < duration:
+                raise BadInput(f"max_duration_{clock} {cap} is below duration_{clock} {duration}")
+    elif name == "resident_claim_extended":
+        if all(event.get(f"duration_{clock}") is None for clock in CLOCK_NAMES):
+            raise BadInput("an extension without duration_steps or duration_ms")

@@ -73,7 +73,7 @@ C6  Restores (class 5): `restored_blocks` puts that many leading blocks back on 
     loss is loss of a materialized claim), and its failure may not have outcome refusal (no
     other tier to return to: the outcome ends responsibility).
 C7  Terms (class 6, DESIGN 4 rule 2): `resident_claim_accepted` after a submission repeats the
-    submitted terms (mode, footprint, predicate, durations, refresh-on-hit) exactly (terms);
+    submitted terms (mode, footprint, predicate, durations, refresh-on-hit, caps: C17) exactly (terms);
     `resident_claim_conditionally_accepted` accepts a submitted claim on other terms, which bind
     from then on, and needs the submission (terms). Either names the submitted owner and object
     (identity: a claim is one owner's one object).
@@ -110,6 +110,20 @@ C15 Input: duplicate JSON keys, a bool where an integer is due, a float, a missi
     misspelt unknown field, which trace-format.md makes invalid, is not modelled: unknown
     fields are ignored.)
 C16 End of stream (trace-format.md): see `drive`.
+C17 Soft terms (DESIGN 6.3, rule 7). A cap `max_duration_steps` / `max_duration_ms` is part of
+    the terms (C7) and needs the duration of its own clock, no longer than it; an extension
+    `resident_claim_extended` gives `duration_steps` and/or `duration_ms` (else: invalid, C15).
+    On each clock the promised end is min(max(start + duration, latest extension end),
+    decision + cap), start as in C3 and the decision the accepting event's stamp; no cap, no min.
+    An expiry before it is a duration violation; with the decision's stamp missing and a cap,
+    or the start missing, it is undecidable, except that the latest extension end is then a
+    lower bound (an expiry before it is a violation). An extension is legal only while
+    responsible (accepted, materialized, offloaded, restoring, in place too: lifecycle after
+    that, identity before acceptance, harm or a two-key failure first as for any event); per
+    clock it names: a clock the terms lack is a duration violation; no stamp on the event,
+    undecidable; its end (stamp + duration) past the cap, or before the current promised end
+    (deadlines only extend), is a duration violation; then the latest extension end is the
+    later of the two.
 """
 
 from __future__ import annotations
@@ -179,6 +193,8 @@ class Oracle(RequestsAndBlocks):
             event.get("duration_steps"),
             event.get("duration_ms"),
             event.get("refresh_on_hit", False),
+            event.get("max_duration_steps"),  # C17: a cap is part of the terms
+            event.get("max_duration_ms"),
         )
 
     def _in_blocks(self, predicate: dict[str, Any]) -> dict[str, Any]:
@@ -202,6 +218,8 @@ class Oracle(RequestsAndBlocks):
         claim.duration = event.get("duration_steps")
         claim.duration_ms = event.get("duration_ms")
         claim.refresh_on_hit = event.get("refresh_on_hit", False)
+        claim.cap_steps = event.get("max_duration_steps")
+        claim.cap_ms = event.get("max_duration_ms")
         claim.two_key = predicate["kind"] == "hybrid_two_key"
         if claim.two_key:
             claim.required = predicate["boundary_blocks"]
@@ -244,8 +262,8 @@ class Oracle(RequestsAndBlocks):
         claim = Claim(claim_id, "accepted", terms)
         self._set_terms(claim, event)
         step, now = event.get("engine_step"), event.get("t_ns")
-        claim.accepted_step = step if _is_int(step) else None
-        claim.accepted_ns = now if _is_int(now) else None
+        claim.accepted_step = claim.decided_step = step if _is_int(step) else None
+        claim.accepted_ns = claim.decided_ns = now if _is_int(now) else None
         self.claims[claim_id] = claim
 
     def _resident_claim_conditionally_accepted(self, event: dict[str, Any]) -> None:
@@ -270,6 +288,15 @@ class Oracle(RequestsAndBlocks):
         if claim is None:
             claim = self.claims[claim_id] = Claim(claim_id, "rejected", ())
         claim.phase = "rejected"
+
+    # soft terms (DESIGN 6.3, C17)
+
+    def _resident_claim_extended(self, event: dict[str, Any]) -> None:
+        """C17: a self-loop of a claim the runtime still answers for; its clocks in `_extension`."""
+        claim = self._subject(event)  # identity before acceptance; harm or a two-key failure first
+        if claim.phase not in RESPONSIBLE:
+            raise Violation(LIFECYCLE, f"extension of {claim.claim_id} while {claim.phase}")
+        self._extension(claim, event)
 
     # materialization (seed 001 s. 3.1, L6; seed 002)
 

@@ -26,7 +26,7 @@ KNOWN_CHECKER_DISAGREEMENTS: tuple[Known, ...] = (
     Known(
         "oracle accepted/- vs checker rejected/block_identity: block_removed says block # held ",
         "oracle--model--other-tier-block-id-collides.md",
-        differential_seed=2555,
+        differential_seed=6368,  # 2555 until the generator drew soft terms (issue 28)
     ),
 )
 

@@ -52,6 +52,9 @@ _NUMBERS = (
     "position",
     "block_id",
     "duration_steps",
+    "duration_ms",
+    "max_duration_steps",  # soft terms (issue 28): a cap, and an extension's durations above
+    "max_duration_ms",
     "boundary",
     *(
         "protected_resident_blocks",

@@ -1,5 +1,5 @@
 """The oracle's verdicts, the contract's facts it judges by, and its abstract state: claims,
-requests and blocks (kvclaims.oracle.interpreter's docstring gives the choices C1-C16)."""
+requests and blocks (kvclaims.oracle.interpreter's docstring gives the choices C1-C17)."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ RETIRED = frozenset({"released", "harmed"})  # no block is tracked for the claim
 class Claim:
     claim_id: str
     phase: str  # submitted accepted rejected materialized offloaded restoring demoted expired released harmed
-    terms: tuple[Any, ...]  # (owner, object, mode, footprint, predicate-json, duration)
+    terms: tuple[Any, ...]  # (owner, object, mode, footprint, predicate-json, durations, refresh, caps)
     mode: str = ""
     footprint: int = 0
     required: int | None = None  # leading blocks the predicate needs (None: undecidable)
@@ -90,6 +90,12 @@ class Claim:
     refresh_on_hit: bool = False
     accepted_step: int | None = None  # C3: the step clock's start (acceptance, or the last hit)
     accepted_ns: int | None = None  # C3: the wall clock's start
+    cap_steps: int | None = None  # C17: max_duration_steps, from the decision
+    cap_ms: int | None = None  # C17: max_duration_ms, from the decision
+    decided_step: int | None = None  # C17: the decision's engine_step (where a cap runs from)
+    decided_ns: int | None = None  # C17: the decision's t_ns
+    extended_step: int | None = None  # C17: the latest end an extension granted, on engine_step
+    extended_ns: int | None = None  # C17: ... on t_ns
     checkpoint: tuple[int, str] | None = None  # (boundary, value_hash) recorded at materialization
     positions: dict[int, set[int]] = field(default_factory=dict)  # position -> the blocks holding it (C4)
     contents: dict[int, str] = field(default_factory=dict)  # position -> its first stored hash (C4)
@@ -107,6 +113,13 @@ class Claim:
         default_factory=set
     )  # C6: requests whose first satisfied reuse checks the restore
     in_place: bool = False  # C6: restoring a materialized two-key claim's checkpoint in place
+
+    def term(self, clock: str) -> tuple[int | None, int | None, int | None, int | None, int | None]:
+        """C17: the claim's term on one clock ("steps" or "ms"): (duration, cap, start, decision,
+        latest extension end), the stamps in that clock's own field's units."""
+        if clock == "steps":
+            return self.duration, self.cap_steps, self.accepted_step, self.decided_step, self.extended_step
+        return self.duration_ms, self.cap_ms, self.accepted_ns, self.decided_ns, self.extended_ns
 
     def on_device(self) -> bool:
         """C1: the claim's KV blocks are in the device tier (an in-place restore keeps them)."""
@@ -151,6 +164,7 @@ class Claim:
             self.required,
             self.accepted_step,
             self.accepted_ns,
+            (self.decided_step, self.decided_ns, self.extended_step, self.extended_ns),
             self.checkpoint,
             tuple(sorted((p, tuple(sorted(b))) for p, b in self.positions.items())),
             tuple(sorted(self.contents.items())),

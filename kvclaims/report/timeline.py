@@ -32,6 +32,7 @@ MARKED_EVENTS = {
     "active_request_refused": ("refusal naming the claim", "s", "#a50026"),
     "resident_claim_demoted": ("demoted", "^", "#4575b4"),
     "resident_claim_expired": ("expired", "P", "#4575b4"),
+    "resident_claim_extended": ("extended", "|", "#4575b4"),
     "resident_claim_harmed": ("harmed", "*", "#000000"),
     "resident_claim_lost": ("lost", "x", "#000000"),
 }

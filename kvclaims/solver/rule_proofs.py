@@ -621,6 +621,205 @@ def _duration_obligation(job: Job, facts: Facts) -> Outcome:
     )
 
 
+# --- duration: extensions only lengthen, within the cap -----------------------------------------
+
+_EXTEND = 3
+"""The soft-terms system's extra event (after `_ACCEPT`, `_HIT`, `_EXPIRE`): an extension."""
+_EXTENSION_GUARDS = ("extend_only", "within_the_cap", "expiry_after_the_promised_end")
+_SOFT_STATE = (
+    *((name, False) for name in ("phase", "decided_at", "clock", "extended", "last", "announced")),
+    ("refresh", True),
+    *((name, False) for name in ("duration_ms", "max_duration_ms")),
+)
+"""The claim's phase, what `system.ClaimRecord` keeps for its ms clock (`decided_ns`, `clock_ns`,
+`extended_ns`: 0 for none, every end being later), the last stamp, then the history: `announced`,
+the latest end the history promised (the acceptance: its duration; a refreshing hit: its duration
+from the hit, within the cap; an extension: the end it grants); and the terms."""
+
+
+def _soft_step(s: State, i: Inputs, guards: tuple[str, ...]) -> tuple[z3.BoolRef, list[z3.ExprRef]]:
+    """One event at time `t` (ns; clocks never decrease), an extension granting `grant_ms`: the
+    rule as `system._extended`, `_check_duration` (`_promised_end`) and `_refresh` apply it. A
+    satisfied reuse after the expiry is legal and changes nothing; an extension of an expired
+    claim is a lifecycle violation."""
+    phase, decided, clock, extended, last, announced, refresh, duration, cap = s
+    kind, t, grant = i
+    cap_end = decided + cap * _NS_PER_MS
+    promised = z3.If(  # min(max(start + duration, latest extension), decision + cap)
+        clock + duration * _NS_PER_MS >= extended, clock + duration * _NS_PER_MS, extended
+    )
+    promised = z3.If(promised <= cap_end, promised, cap_end)
+    granted = t + grant * _NS_PER_MS
+    responsible = phase == _RESPONSIBLE
+    extend_rules = [grant >= 1]
+    if "extend_only" in guards:  # deadlines only extend
+        extend_rules.append(granted >= promised)
+    if "within_the_cap" in guards:  # never past decision + cap
+        extend_rules.append(granted <= cap_end)
+    on_time = t >= promised if "expiry_after_the_promised_end" in guards else z3.BoolVal(True, t.ctx)
+    legal = z3.And(
+        t >= last,
+        z3.Or(
+            z3.And(kind == _ACCEPT, phase == _ABSENT),
+            z3.And(kind == _HIT, phase != _ABSENT),
+            z3.And(kind == _EXTEND, responsible, *extend_rules),
+            z3.And(kind == _EXPIRE, responsible, on_time),
+        ),
+    )
+    accept, extend = kind == _ACCEPT, kind == _EXTEND
+    refreshing = z3.And(kind == _HIT, responsible, refresh)
+    refreshed_end = t + duration * _NS_PER_MS
+    refreshed_end = z3.If(refreshed_end <= cap_end, refreshed_end, cap_end)
+
+    def later(x: z3.ArithRef, y: z3.ArithRef) -> z3.ArithRef:
+        return z3.If(x >= y, x, y)
+
+    after = [
+        z3.If(accept, _RESPONSIBLE, z3.If(kind == _EXPIRE, _EXPIRED, phase)),
+        z3.If(accept, t, decided),
+        z3.If(z3.Or(accept, refreshing), t, clock),
+        z3.If(accept, 0, z3.If(extend, later(extended, granted), extended)),
+        t,
+        z3.If(
+            accept,
+            t + duration * _NS_PER_MS,
+            z3.If(
+                refreshing,
+                later(announced, refreshed_end),
+                z3.If(extend, later(announced, granted), announced),
+            ),
+        ),
+        refresh,
+        duration,
+        cap,
+    ]
+    return legal, after
+
+
+def _soft_system(job: Job, guards: tuple[str, ...]) -> TransitionSystem:
+    def init(s: State) -> z3.BoolRef:
+        return z3.And(s[0] == _ABSENT, *[x == 0 for x in s[1:6]], s[7] >= 1, s[8] >= s[7])
+
+    return _stepped(job, _SOFT_STATE, ("kind", "t_ns", "grant_ms"), init, partial(_soft_step, guards=guards))
+
+
+def _broken_promise(guards: tuple[str, ...]) -> Callable[[State, Inputs], z3.BoolRef]:
+    """A legal step that breaks a promise the history made: an expiry before the latest end
+    announced, an extension ending before it, or one ending past decision + cap."""
+
+    def bad(s: State, i: Inputs) -> z3.BoolRef:
+        legal, _ = _soft_step(s, i, guards)
+        kind, t, grant = i
+        decided, announced, cap = s[1], s[5], s[8]
+        granted = t + grant * _NS_PER_MS
+        return z3.And(
+            legal,
+            z3.Or(
+                z3.And(kind == _EXPIRE, t < announced),
+                z3.And(kind == _EXTEND, granted < announced),
+                z3.And(kind == _EXTEND, granted > decided + cap * _NS_PER_MS),
+            ),
+        )
+
+    return bad
+
+
+def _soft_readable(s: State, i: Inputs) -> z3.BoolRef:
+    """Witnesses and counterexamples use stamps of at most 10 ms and terms of at most 10 ms."""
+    return z3.And(i[1] <= 10 * _NS_PER_MS, i[2] <= 10, s[8] <= 10)
+
+
+def _soft_events(path: list[Step]) -> History:
+    fixed = path[0].state
+    refresh, duration, cap = bool(fixed["refresh"]), int(fixed["duration_ms"]), int(fixed["max_duration_ms"])
+    terms = _terms(
+        "claim-a",
+        ProtectionMode.expiring,
+        2,
+        duration_ms=duration,
+        max_duration_ms=cap,
+        refresh_on_hit=refresh,
+    )
+    claim = {"claim_id": "claim-a"}
+    events: list[dict[str, Any]] = []
+    for step in path:
+        kind, at = int(step.inputs["kind"]), {"t_ns": int(step.inputs["t_ns"])}
+        if kind == _ACCEPT:
+            events.append({"event": "resident_claim_accepted", **at, **terms})
+            events.append({"event": "resident_claim_materialized", **at, **claim, "leading_blocks": 2})
+        elif kind == _HIT:
+            request = {"request_id": f"req-{len(events)}", "cached_blocks": 2, "predicate_satisfied": True}
+            events.append({"event": "request_reused", **at, **claim, **request})
+        elif kind == _EXTEND:
+            grant = int(step.inputs["grant_ms"])
+            if grant < 1:
+                raise Unreplayable(f"an extension by {grant} ms (duration_ms is positive)")
+            events.append({"event": "resident_claim_extended", **at, **claim, "duration_ms": grant})
+        else:
+            events.append({"event": "resident_claim_expired", **at, **claim})
+    return events, None
+
+
+def _without_guard(job: Job, guard: str) -> list[Step] | None:
+    """The shortest broken promise of the soft-terms system without `guard` (without the expiry
+    guard: an expiry after the acceptance's duration, early only because of an extension)."""
+    kept = tuple(g for g in _EXTENSION_GUARDS if g != guard)
+
+    def target(s: State, i: Inputs) -> z3.BoolRef:
+        broken = _broken_promise(kept)(s, i)
+        if guard != "expiry_after_the_promised_end":
+            return broken
+        return z3.And(broken, i[0] == _EXPIRE, i[1] >= s[1] + s[7] * _NS_PER_MS)
+
+    return bmc(_soft_system(job, kept), target, BOUND, _soft_readable)
+
+
+def _extension_obligation(job: Job, facts: Facts) -> Outcome:
+    guarded = _soft_system(job, _EXTENSION_GUARDS)
+    proof = spacer_invariant(guarded, _broken_promise(_EXTENSION_GUARDS))
+
+    def expiry(condition: Callable[[State, Inputs], z3.BoolRef]) -> Callable[[State, Inputs], z3.BoolRef]:
+        def target(s: State, i: Inputs) -> z3.BoolRef:
+            legal, _ = _soft_step(s, i, _EXTENSION_GUARDS)
+            return z3.And(legal, i[0] == _EXPIRE, condition(s, i))
+
+        return target
+
+    def ms(x: z3.ArithRef) -> z3.ArithRef:
+        return x * _NS_PER_MS
+
+    witnesses = bmc_many(
+        guarded,
+        {
+            # a refreshing hit, then an extension past the refreshed term, honoured by the expiry
+            "expiry_after_a_hit_and_a_lengthening_extension": expiry(
+                lambda s, i: z3.And(s[2] > s[1], s[3] > s[2] + ms(s[7]))
+            ),
+            # the cap ends the term before the refreshed duration does
+            "expiry_at_the_cap_before_the_refreshed_duration": expiry(
+                lambda s, i: z3.And(i[1] == s[1] + ms(s[8]), i[1] < s[2] + ms(s[7]))
+            ),
+        },
+        BOUND,
+        _soft_readable,
+    )
+    without: dict[str, tuple[Any, Writer, Expect]] = {
+        guard: (_without_guard(job, guard), _soft_events, rejected_with(R.duration))
+        for guard in _EXTENSION_GUARDS
+    }
+    return _outcome(
+        proof.holds,
+        {
+            "assumes": "event clocks (t_ns) never decrease; terms with duration_ms and max_duration_ms",
+            "promised_end": "min(max(start + duration, latest extension), decision + cap)",
+            "invariant": proof.invariant,
+            "invariant_rechecked": proof.rechecked,
+        },
+        witnesses={name: (path, _soft_events, accepted) for name, path in witnesses.items()},
+        without=without,
+    )
+
+
 # --- block_identity: a block is its id and its content ------------------------------------------
 
 _STORE, _REMOVE = 0, 1
@@ -980,6 +1179,17 @@ OBLIGATIONS: tuple[ProofObligation, ...] = (
         "satisfied reuse (engine steps and duration_steps are judged the same way).",
         Method.spacer_invariant,
         _duration_obligation,
+    ),
+    ProofObligation(
+        "duration.extensions_only_lengthen_within_the_cap",
+        "With event clocks that never decrease, a claim with duration_ms and max_duration_ms keeps "
+        "every promise its history made: no legal expiry comes before the latest end promised (its "
+        "duration from acceptance, its duration from a refreshing hit within the cap, or an "
+        "extension's end), no legal resident_claim_extended ends before that end, and none ends "
+        "past decision + max_duration_ms (the checker's promised end: min(max(start + duration, "
+        "latest extension), decision + cap); engine steps are judged the same way).",
+        Method.spacer_invariant,
+        _extension_obligation,
     ),
     ProofObligation(
         "blocks.holders_keep_their_content",

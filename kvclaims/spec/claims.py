@@ -24,7 +24,7 @@ from kvclaims.spec._types import (
     Text,
     model_rule,
 )
-from kvclaims.spec.model_rules import exactly_one_unit
+from kvclaims.spec.model_rules import caps_bound_their_durations, exactly_one_unit
 from kvclaims.spec.vocabulary import DecisionKind, ProtectionMode
 
 
@@ -128,6 +128,8 @@ class ResidentClaimInput(SpecModel):
     duration_steps: PositiveInt | None = None
     duration_ms: PositiveInt | None = None
     refresh_on_hit: StrictBool = False
+    max_duration_steps: PositiveInt | None = None
+    max_duration_ms: PositiveInt | None = None
     policy: PolicyInputs | None = None
 
     @model_validator(mode="after")
@@ -146,6 +148,7 @@ class ResidentClaimInput(SpecModel):
             raise ValueError("an expiring claim needs duration_steps or duration_ms")
         if self.refresh_on_hit and not durations:
             raise ValueError("refresh_on_hit needs a duration to refresh")
+        caps_bound_their_durations(self)
         return self
 
 

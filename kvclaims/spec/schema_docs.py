@@ -118,6 +118,10 @@ What the fields mean to the model (the rules are in [DESIGN.md, Refinement](DESI
   `duration_steps` is judged on `engine_step` and its `duration_ms` on `t_ns`, from acceptance
   (or, with `refresh_on_hit`, from its last satisfied reuse); an expiry before either has
   passed is rejected, and one the trace gives no clock for makes the verdict inconclusive.
+  `resident_claim_extended` moves the earliest expiry to its own stamp plus its duration (on a
+  clock the terms carry, never earlier than before), and `max_duration_steps` /
+  `max_duration_ms` cap the whole protected life from acceptance: no refresh or extension
+  promises past it (DESIGN 6.3).
 - **Admissions.** `active_live_blocks` may include blocks a claim holds (a cached claim prefix
   the request reuses), and requests may share blocks with each other, so live blocks are never
   summed across requests. The protected blocks are those holding the leading positions the

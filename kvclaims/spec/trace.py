@@ -31,7 +31,7 @@ from kvclaims.spec._types import (
     model_rule,
 )
 from kvclaims.spec.claims import CacheIdentity, MaterializationPredicate
-from kvclaims.spec.model_rules import chosen_among_candidates
+from kvclaims.spec.model_rules import caps_bound_their_durations, chosen_among_candidates, extends_a_duration
 from kvclaims.spec.vocabulary import (
     CloseReason,
     ConflictReason,
@@ -143,8 +143,22 @@ class _ClaimTerms(_ClaimEvent):
     refresh_on_hit: StrictBool = Field(
         False,
         description="Whether a satisfied reuse restarts the duration clock (TTL refresh on hit); "
-        "false: the clock runs from acceptance only.",
+        "false: the clock runs from acceptance only (reads never renew).",
     )
+    max_duration_steps: PositiveInt | None = Field(
+        None,
+        description="A cap on the claim's whole protected life, in engine steps from acceptance: "
+        "neither refresh on hit nor an extension promises past it (needs `duration_steps`, and is "
+        "at least as long).",
+    )
+    max_duration_ms: PositiveInt | None = Field(
+        None,
+        description="A cap on the claim's whole protected life, in milliseconds from acceptance: "
+        "neither refresh on hit nor an extension promises past it (Mooncake soft pins; needs "
+        "`duration_ms`, and is at least as long).",
+    )
+
+    _caps_bound_their_durations = model_rule(caps_bound_their_durations)
 
 
 class ResidentClaimSubmitted(_ClaimTerms):
@@ -167,6 +181,24 @@ class ResidentClaimConditionallyAccepted(_ClaimTerms):
 
     event: Literal["resident_claim_conditionally_accepted"] = "resident_claim_conditionally_accepted"
     reason: Text | None = Field(None, description="Why the terms changed (free text).")
+
+
+class ResidentClaimExtended(_ClaimEvent):
+    """The runtime granted an accepted claim a longer term (extend-only deadlines: LMCache pin
+    extension, a renewed lease): from this event on, the claim may not expire before the
+    `duration_*` given here on that clock. An extension never shortens the promise, adds no clock
+    the claim's terms lack, and stays within the claim's cap."""
+
+    event: Literal["resident_claim_extended"] = "resident_claim_extended"
+    duration_steps: PositiveInt | None = Field(
+        None, description="Engine steps from this event before which the claim may not expire."
+    )
+    duration_ms: PositiveInt | None = Field(
+        None, description="Milliseconds from this event before which the claim may not expire."
+    )
+    reason: Text | None = Field(None, description="Who asked for the extension (free text).")
+
+    _extends_a_duration = model_rule(extends_a_duration)
 
 
 class ResidentClaimRejected(_ClaimEvent):
@@ -443,6 +475,7 @@ _EVENT_CLASSES: tuple[type[_Event], ...] = (
     ResidentClaimAccepted,
     ResidentClaimConditionallyAccepted,
     ResidentClaimRejected,
+    ResidentClaimExtended,
     ResidentClaimMaterialized,
     ResidentClaimDemoted,
     ResidentClaimExpired,

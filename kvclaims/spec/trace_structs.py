@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from msgspec import Meta, Struct
 
-from kvclaims.spec.model_rules import exactly_one_unit
+from kvclaims.spec.model_rules import caps_bound_their_durations, exactly_one_unit, extends_a_duration
 from kvclaims.spec.vocabulary import CloseReason, ConflictReason, ProtectionMode, RestorationOutcome
 
 
@@ -97,6 +97,11 @@ class ResidentClaimSubmitted(
     duration_steps: Annotated[int, Meta(ge=1, le=9223372036854775807)] | None = None
     duration_ms: Annotated[int, Meta(ge=1, le=9223372036854775807)] | None = None
     refresh_on_hit: bool = False
+    max_duration_steps: Annotated[int, Meta(ge=1, le=9223372036854775807)] | None = None
+    max_duration_ms: Annotated[int, Meta(ge=1, le=9223372036854775807)] | None = None
+
+    def __post_init__(self) -> None:
+        caps_bound_their_durations(self)
 
 
 class ResidentClaimAccepted(
@@ -121,6 +126,11 @@ class ResidentClaimAccepted(
     duration_steps: Annotated[int, Meta(ge=1, le=9223372036854775807)] | None = None
     duration_ms: Annotated[int, Meta(ge=1, le=9223372036854775807)] | None = None
     refresh_on_hit: bool = False
+    max_duration_steps: Annotated[int, Meta(ge=1, le=9223372036854775807)] | None = None
+    max_duration_ms: Annotated[int, Meta(ge=1, le=9223372036854775807)] | None = None
+
+    def __post_init__(self) -> None:
+        caps_bound_their_durations(self)
 
 
 class ResidentClaimConditionallyAccepted(
@@ -145,7 +155,12 @@ class ResidentClaimConditionallyAccepted(
     duration_steps: Annotated[int, Meta(ge=1, le=9223372036854775807)] | None = None
     duration_ms: Annotated[int, Meta(ge=1, le=9223372036854775807)] | None = None
     refresh_on_hit: bool = False
+    max_duration_steps: Annotated[int, Meta(ge=1, le=9223372036854775807)] | None = None
+    max_duration_ms: Annotated[int, Meta(ge=1, le=9223372036854775807)] | None = None
     reason: str | None = None
+
+    def __post_init__(self) -> None:
+        caps_bound_their_durations(self)
 
 
 class ResidentClaimRejected(
@@ -163,6 +178,28 @@ class ResidentClaimRejected(
     engine_step: Annotated[int, Meta(ge=0, le=9223372036854775807)] | None = None
     claim_id: Annotated[str, Meta(min_length=1, max_length=256)]
     reason: str
+
+
+class ResidentClaimExtended(
+    Struct,
+    kw_only=True,
+    frozen=True,
+    gc=False,
+    omit_defaults=True,
+    forbid_unknown_fields=False,
+    tag_field="event",
+    tag="resident_claim_extended",
+):
+    seq: Annotated[int, Meta(ge=0, le=9223372036854775807)]
+    t_ns: Annotated[int, Meta(ge=0, le=9223372036854775807)] | None = None
+    engine_step: Annotated[int, Meta(ge=0, le=9223372036854775807)] | None = None
+    claim_id: Annotated[str, Meta(min_length=1, max_length=256)]
+    duration_steps: Annotated[int, Meta(ge=1, le=9223372036854775807)] | None = None
+    duration_ms: Annotated[int, Meta(ge=1, le=9223372036854775807)] | None = None
+    reason: str | None = None
+
+    def __post_init__(self) -> None:
+        extends_a_duration(self)
 
 
 class CheckpointTensor(
@@ -571,6 +608,7 @@ EVENT_STRUCTS = {
     "resident_claim_accepted": ResidentClaimAccepted,
     "resident_claim_conditionally_accepted": ResidentClaimConditionallyAccepted,
     "resident_claim_rejected": ResidentClaimRejected,
+    "resident_claim_extended": ResidentClaimExtended,
     "resident_claim_materialized": ResidentClaimMaterialized,
     "resident_claim_demoted": ResidentClaimDemoted,
     "resident_claim_expired": ResidentClaimExpired,

@@ -101,6 +101,7 @@ class Event(StrEnum):
     reuse_satisfied = "reuse_satisfied"
     reuse_unsatisfied = "reuse_unsatisfied"
     block = "block"
+    extend = "extend"
 
 
 class Guard(StrEnum):
@@ -250,6 +251,8 @@ TRANSITIONS: tuple[Transition, ...] = tuple(
             None,
         ),
         (f"{_RESPONSIBLE} {_MISMATCHED}", E.block, None, G.preserving),
+        # an extension lengthens the term of a claim the runtime still answers for
+        (_RESPONSIBLE, E.extend, None),
     )
 )
 """The whole lifecycle, as data. Every (phase, event, profile) not matched is a violation."""
@@ -368,6 +371,11 @@ def _why_illegal(profile: ClaimProfile, phase: Phase, event: Event) -> tuple[Con
             f"{event} in {phase}: a value-hash mismatch must end in a restoration failure"
             if phase in MISMATCHED
             else f"{event} in {phase}: checkpoint restores belong to restoring two-key claims"
+        )
+    if event is Event.extend:
+        return rule.lifecycle, (
+            f"an extension of a claim that is {phase}: only a claim the runtime still answers for "
+            "can be extended, never once its term has ended"
         )
     if event is Event.block:
         return rule.attribution, (

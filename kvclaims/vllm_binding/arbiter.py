@@ -62,6 +62,7 @@ from kvclaims.spec.trace import (
     ResidentClaimAccepted,
     ResidentClaimDemoted,
     ResidentClaimExpired,
+    ResidentClaimExtended,
     ResidentClaimHarmed,
     ResidentClaimLost,
     ResidentClaimMaterialized,
@@ -106,6 +107,11 @@ HTTP 500 that drops stop_reason; ABORT reaches the client as finish_reason "abor
 stop_reason visible, and is what a refusal is: the engine did not serve the request."""
 
 _NS_PER_MS = 1_000_000
+_SCALE = {"steps": 1, "ms": _NS_PER_MS}
+"""Per duration clock, its units per trace unit (engine steps; t_ns per ms)."""
+_ROUNDING_MARGIN_NS = 1_000
+"""How much later than a term's exact end (t_ns) its float-ms deadline is armed: a wall-clock
+t_ns in ms as a float rounds by about 0.25 us, and an expiry must never look early."""
 
 PINNED_SWEEP_STEPS = 32
 """Pinned blocks are re-verified at least this often even without a known hash-stripping path."""
@@ -635,6 +641,8 @@ class ClaimArbiter:
             "duration_steps": claim.duration_steps,
             "duration_ms": claim.duration_ms,
             "refresh_on_hit": claim.refresh_on_hit,
+            "max_duration_steps": claim.max_duration_steps,
+            "max_duration_ms": claim.max_duration_ms,
         }
         self._emit(ResidentClaimSubmitted, request_id=book.trace_id, **terms)
         if footprint > full_prompt_blocks:
@@ -668,7 +676,16 @@ class ClaimArbiter:
         self._materializing.add(record)
         if record.offloadable and self.offload is not None:
             self.offload.hold(record)
-        self._emit(ResidentClaimAccepted, request_id=book.trace_id, **terms)
+        stamp = self.now_ns()
+        self._emit(ResidentClaimAccepted, request_id=book.trace_id, t_ns=stamp, **terms)
+        record.cap_ends = {
+            clock: start + cap * _SCALE[clock]
+            for clock, cap, start in (
+                ("steps", claim.max_duration_steps, self.step),
+                ("ms", claim.max_duration_ms, stamp),
+            )
+            if cap is not None
+        }
         self._arm_expiry(record)
         book.claim_note = f"{NOTE_PREFIX}claim_accepted:{record.claim_id}"
 
@@ -749,11 +766,62 @@ class ClaimArbiter:
         elif op.op is ClaimOp.release:
             self._release(record, f"released by its owner (request {book.trace_id})")
             book.claim_note = f"{NOTE_PREFIX}claim_released:{record.claim_id}"
+        elif op.op is ClaimOp.extend:
+            self._extend(record, op, book)
         elif record.responsible:
             self._settle(record, Event.demote, f"demoted by its owner (request {book.trace_id})")
             book.claim_note = f"{NOTE_PREFIX}claim_demoted:{record.claim_id}"
         else:
             self._reject(op.claim_id, f"demote: the claim is already {record.state}", book, charge=None)
+
+    def _extend(self, record: ClaimRecord, op: ClaimRequest, book: RequestBook) -> None:
+        """Lengthen the claim's term by the owner's request (DESIGN 6.3): on each clock asked,
+        to now plus the duration, clipped at the cap; reported as `resident_claim_extended` with
+        the duration granted. A claim whose term has ended, a clock its terms lack, or a request
+        that would not end later than the term it has (a shorter one, a claim at its cap) is
+        rejected with the reason, and nothing changes."""
+        claim = record.claim
+        asked = {c: d for c, d in (("steps", op.duration_steps), ("ms", op.duration_ms)) if d is not None}
+        lacking = [c for c in asked if c not in record.term_ends]
+        problem = None
+        if not record.responsible:
+            problem = f"extend: the claim is already {record.state}"
+        elif lacking:
+            problem = f"extend: the claim's terms carry no duration_{lacking[0]}: an extension adds no clock"
+        if problem is not None:
+            self._reject(claim.claim_id, problem, book, charge=None)
+            return
+        stamp = self.now_ns()
+        now = {"steps": self.step, "ms": stamp}
+        granted: dict[str, tuple[int, int]] = {}
+        for clock, duration in asked.items():
+            scale = _SCALE[clock]
+            cap_end = record.cap_ends.get(clock)
+            if cap_end is not None and now[clock] + duration * scale > cap_end:
+                duration = (cap_end - now[clock]) // scale  # whole units that end within the cap
+            end = now[clock] + duration * scale
+            if duration > 0 and end > record.term_ends[clock]:
+                granted[clock] = (duration, end)
+        if not granted:
+            self._reject(
+                claim.claim_id,
+                "extend: would not end later than the term the claim has (a shorter request, or "
+                "a claim at its cap)",
+                book,
+                charge=None,
+            )
+            return
+        self._emit(
+            ResidentClaimExtended,
+            claim_id=claim.claim_id,
+            t_ns=stamp,
+            reason=f"extended by its owner (request {book.trace_id})",
+            **{f"duration_{clock}": duration for clock, (duration, _) in granted.items()},
+        )
+        self.ledger.advance(record, Event.extend)
+        for clock, (_, end) in granted.items():
+            self._arm_term(record, clock, end)
+        book.claim_note = f"{NOTE_PREFIX}claim_extended:{claim.claim_id}"
 
     # -- claim state changes ---------------------------------------------------------------
 
@@ -799,12 +867,21 @@ class ClaimArbiter:
     def _arm_expiry(self, record: ClaimRecord) -> None:
         """(Re-)arm a claim's deadline from now (after the event that starts its clock was
         stamped, so the deadline is never earlier than the trace's clock start): at acceptance,
-        and on a satisfied reuse of a `refresh_on_hit` claim."""
+        and on a satisfied reuse of a `refresh_on_hit` claim; never past its cap."""
         claim = record.claim
-        if claim.duration_steps is not None:
-            self.ledger.expire_at(record, step=self.step + claim.duration_steps)
-        if claim.duration_ms is not None:
-            self.ledger.expire_at(record, ms=self.now_ns() / _NS_PER_MS + claim.duration_ms)
+        now = {"steps": self.step, "ms": self.now_ns()}
+        for clock, duration in (("steps", claim.duration_steps), ("ms", claim.duration_ms)):
+            if duration is not None:
+                end = now[clock] + duration * _SCALE[clock]
+                self._arm_term(record, clock, min(end, record.cap_ends.get(clock, end)))
+
+    def _arm_term(self, record: ClaimRecord, clock: str, end: int) -> None:
+        """The claim's term on `clock` ends at `end` (engine step or t_ns); arm its expiry."""
+        record.term_ends[clock] = end
+        if clock == "steps":
+            self.ledger.expire_at(record, step=end)
+        else:  # a float ms deadline, a little late: rounding must never make an expiry early
+            self.ledger.expire_at(record, ms=(end + _ROUNDING_MARGIN_NS) / _NS_PER_MS)
 
     def _expire_due(self) -> None:
         if not self.ledger.armed:

@@ -43,6 +43,8 @@ INTEGER_KEYS: tuple[str, ...] = (
     "kvclaims_predicate_tokens",
     "kvclaims_duration_steps",
     "kvclaims_duration_ms",
+    "kvclaims_max_duration_steps",
+    "kvclaims_max_duration_ms",
     "kvclaims_checkpoint_boundary_blocks",
 )
 """Claim fields that must be JSON integers (never booleans, floats or strings)."""
@@ -70,18 +72,20 @@ MAX_CLAIM_NUMBER = 2**31 - 1
 class ClaimOp(StrEnum):
     """What a request asks of a claim. `submit` creates one from the request's own prompt
     prefix; `attach` declares the request a reuser of an existing claim of the same owner;
-    `release` / `demote` end or relax the owner's claim."""
+    `release` / `demote` end or relax the owner's claim; `extend` lengthens its term
+    (`kvclaims_duration_steps` / `kvclaims_duration_ms` from now, extend-only, within its cap)."""
 
     submit = "submit"
     attach = "attach"
     release = "release"
     demote = "demote"
+    extend = "extend"
 
 
 KEYS: Mapping[str, str] = MappingProxyType(
     {
-        "kvclaims_op": "submit | attach | release | demote (default: submit when claim terms "
-        "are given, else attach)",
+        "kvclaims_op": "submit | attach | release | demote | extend (default: submit when claim "
+        "terms are given, else attach)",
         "kvclaims_claim_id": "the claim's identifier (required)",
         "kvclaims_mode": "protection mode of a submitted claim",
         "kvclaims_footprint_blocks": "leading prompt blocks the claim protects",
@@ -93,6 +97,10 @@ KEYS: Mapping[str, str] = MappingProxyType(
         "kvclaims_duration_ms": "milliseconds after acceptance (judged on t_ns) after which the "
         "claim expires; not together with kvclaims_duration_steps",
         "kvclaims_refresh_on_hit": "JSON boolean: a satisfied reuse restarts the duration clock",
+        "kvclaims_max_duration_steps": "cap on the claim's protected life, in engine steps from "
+        "acceptance: a refreshing hit never promises past it (needs kvclaims_duration_steps)",
+        "kvclaims_max_duration_ms": "cap on the claim's protected life, in ms from acceptance: a "
+        "refreshing hit never promises past it (needs kvclaims_duration_ms)",
         "kvclaims_object_id": "the reusable prefix object's id (default: the claim id)",
         "kvclaims_owner": "owner scope (trust: see docs/vllm-binding.md)",
         "kvclaims_owner_token": "hex HMAC-SHA256 of the owner, when the engine requires one",
@@ -112,9 +120,15 @@ _TERM_KEYS = frozenset(
         "kvclaims_duration_steps",
         "kvclaims_duration_ms",
         "kvclaims_refresh_on_hit",
+        "kvclaims_max_duration_steps",
+        "kvclaims_max_duration_ms",
         "kvclaims_object_id",
     }
 )
+
+
+_EXTENSION_KEYS = ("kvclaims_duration_steps", "kvclaims_duration_ms")
+"""The only terms `kvclaims_op: extend` takes: the duration it grants, from now."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +147,8 @@ class ClaimRequest:
     duration_steps: int | None = None
     duration_ms: int | None = None
     refresh_on_hit: bool = False
+    max_duration_steps: int | None = None
+    max_duration_ms: int | None = None
     object_id: str | None = None
 
 
@@ -263,7 +279,14 @@ def parse_claim_metadata(
     if not isinstance(op_value, str) or op_value not in ClaimOp.__members__:
         return reject(f"unknown kvclaims_op {shown(op_value)}")
     op = ClaimOp(op_value)
-    if op is not ClaimOp.submit and has_terms:
+    if op is ClaimOp.extend:
+        given = sorted(k for k in _TERM_KEYS if k in extra_args)
+        other = [k for k in given if k not in _EXTENSION_KEYS]
+        if other:
+            return reject(f"kvclaims_op extend takes only {' / '.join(_EXTENSION_KEYS)}, not {other[0]}")
+        if not given:
+            return reject(f"kvclaims_op extend needs {' or '.join(_EXTENSION_KEYS)}: the term it grants")
+    elif op is not ClaimOp.submit and has_terms:
         return reject(f"kvclaims_op {op} takes no claim terms")
     if op is ClaimOp.submit:
         if "mode" not in fields:
@@ -331,6 +354,8 @@ def claim_input(
                 "duration_steps": request.duration_steps,
                 "duration_ms": request.duration_ms,
                 "refresh_on_hit": request.refresh_on_hit,
+                "max_duration_steps": request.max_duration_steps,
+                "max_duration_ms": request.max_duration_ms,
             }
         )
     except ValidationError as error:

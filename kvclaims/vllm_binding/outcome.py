@@ -166,6 +166,7 @@ OUTCOMES = (
     "claim_attached",
     "claim_released",
     "claim_demoted",
+    "claim_extended",
     "claim_rejected",
     "refused",
     "load_failed",

@@ -50,7 +50,17 @@ class ClaimRecord(Claim):
     may hold. `keys` is a list: a held position's entry is the key object its block carries
     (equal to the computed one; the arbiter's loss check then compares by identity)."""
 
-    __slots__ = ("accepted_step", "claim", "feeders", "hashes", "keys", "priority", "source_request_id")
+    __slots__ = (
+        "accepted_step",
+        "cap_ends",
+        "claim",
+        "feeders",
+        "hashes",
+        "keys",
+        "priority",
+        "source_request_id",
+        "term_ends",
+    )
 
     def __init__(
         self,
@@ -76,6 +86,13 @@ class ClaimRecord(Claim):
         self.feeders = {source_request_id}
         self.priority = priority
         """The submitting request's vLLM priority (lower is higher); soft_priority ranks by it."""
+        self.cap_ends: dict[str, int] = {}
+        """Per clock ("steps": engine step, "ms": t_ns), where the claim's cap ends its protected
+        life: from the acceptance's own stamp, so an extension clipped there is never past the
+        cap the trace shows."""
+        self.term_ends: dict[str, int] = {}
+        """Per clock, where the term the binding has armed ends (never earlier than the trace's
+        promised end: each start is read after the event that starts it was stamped)."""
 
     @property
     def owner(self) -> str:

@@ -169,12 +169,14 @@ def test_the_streamed_check_needs_increasing_seq_known_events_and_owed_outcomes(
 
 
 class EarlyTimedExpiry(MicroRuntime):
-    """Planted bug: a `duration_ms` claim is armed to expire one millisecond early."""
+    """Planted bug: a `duration_ms` claim is armed to expire one millisecond before its
+    promised end (its duration, refreshed, extended or capped)."""
 
     def _arm_expiry(self, claim: MicroClaim) -> None:
         super()._arm_expiry(claim)
-        if claim.spec.duration_ms is not None:
-            self.ledger.expire_at(claim, ms=self.now_ns / 1_000_000 + claim.spec.duration_ms - 1)
+        end = claim.promised_end("ms")
+        if end is not None:
+            self.ledger.expire_at(claim, ms=end / 1_000_000 - 1)
 
 
 class NeverTimedExpiry(MicroRuntime):

@@ -97,3 +97,38 @@ def test_an_operation_the_claim_phase_forbids_names_its_step(tmp_path: Path) -> 
     text = GOOD + "  - demote: c1\n"
     with pytest.raises(InputError, match=r"\[steps\.5\].*demote is not allowed"):
         run_scenario_file(write(tmp_path, text))
+
+
+SOFT_TERMS = """\
+scenario: 1
+name: capped-and-extended
+usable_blocks: 80
+policy: hard_protected
+steps:
+  - claims: [{claim_id: c1, object_id: doc, mode: expiring, footprint_blocks: 8, duration_steps: 4,
+              max_duration_steps: 10}]
+  - prefill: {request_id: p1, object_id: doc, blocks: 8}
+  - extend: {claim_id: c1, duration_steps: 6}
+  - extend: {claim_id: c1, duration_steps: 50}
+  - extend: {claim_id: c1, duration_steps: 1}
+  - tick: 20
+"""
+
+
+def test_extensions_are_granted_clipped_at_the_cap_or_refused_and_the_trace_conforms(tmp_path: Path) -> None:
+    result = run_scenario_file(write(tmp_path, SOFT_TERMS))
+    outcomes = [e["outcome"] for e in result.summary["extensions"]]
+    assert outcomes == ["granted", "clipped", "refused"]
+    assert result.summary["events"]["resident_claim_extended"] == 2
+    assert result.summary["claims"]["c1"] == "expired"
+    assert result.trace_checks() == {"capped-and-extended": "accepted"}
+
+
+def test_a_cap_without_its_duration_and_a_bad_extension_are_refused(tmp_path: Path) -> None:
+    claim = {"claim_id": "c1", "object_id": "doc", "mode": "hard_protected", "footprint_blocks": 8}
+    message = problems(tmp_path, document(steps=[{"claims": [claim | {"max_duration_steps": 3}]}]))
+    assert "a cap needs duration_steps" in message
+    extend = {"extend": {"claim_id": "c1", "duration_steps": 0}}
+    assert "steps.1.extend.duration_steps" in problems(
+        tmp_path, document(steps=[*document()["steps"], extend])
+    )

@@ -41,8 +41,10 @@ PROOF = {
 EXAMPLES: dict[str, dict[str, Any]] = {
     "resident_claim_submitted": TERMS,
     "resident_claim_accepted": TERMS,
-    "resident_claim_conditionally_accepted": TERMS | {"reason": "footprint reduced"},
+    "resident_claim_conditionally_accepted": TERMS
+    | {"reason": "footprint reduced", "max_duration_steps": 20},
     "resident_claim_rejected": {"claim_id": "claim:a", "reason": "budget"},
+    "resident_claim_extended": {"claim_id": "claim:a", "duration_steps": 15, "reason": "client extend"},
     "resident_claim_materialized": {
         "claim_id": "claim:a",
         "leading_blocks": 4,

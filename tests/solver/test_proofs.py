@@ -63,6 +63,7 @@ def test_every_required_property_is_an_obligation() -> None:
         "terms.plain_acceptance_cannot_launder_harm",
         "capacity.refusal_justified_by_reserved_blocks",
         "duration.no_expiry_before_promised_duration",
+        "duration.extensions_only_lengthen_within_the_cap",
         "blocks.holders_keep_their_content",
         "restore.satisfied_reuse_only_after_confirmed_restore",
     }

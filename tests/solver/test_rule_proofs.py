@@ -1,9 +1,11 @@
-"""The rule obligations (terms, capacity_state, duration, block_identity, confirmed restores):
-each is proved with a vacuity witness the system model accepts and a counterexample without the
-rule that the system model rejects; and each Z3 encoding agrees with `system.step` on every
-short history of its alphabet (so a proof about the encoding is a proof about the model)."""
+"""The rule obligations (terms, capacity_state, duration and its soft terms, block_identity,
+confirmed restores): each is proved with a vacuity witness the system model accepts and a
+counterexample without the rule that the system model rejects; and each Z3 encoding agrees with
+`system.step` on every short history of its alphabet (so a proof about the encoding is a proof
+about the model)."""
 
 import itertools
+from functools import partial
 from typing import Any
 
 import pytest
@@ -13,7 +15,10 @@ from kvclaims.solver import rule_proofs as rp
 from kvclaims.solver.engines import Step
 from kvclaims.solver.lifecycle_model import EVENTS, PHASES
 from kvclaims.solver.proofs import ProofResult, Verdict, run_obligation
+from kvclaims.solver.z3env import Job
+from kvclaims.spec.trace import EVENT_MODELS, TraceHeader
 from kvclaims.spec.vocabulary import ConformanceRule, ProtectionMode
+from kvclaims.statemachine import system
 from kvclaims.statemachine.lifecycle import Event, Phase
 
 E, R = Event, ConformanceRule
@@ -47,6 +52,9 @@ def test_obligation_is_proved_with_witnesses_the_system_model_accepts(
             R.capacity_state,
         ),
         ("duration.no_expiry_before_promised_duration", "no_expiry_before_duration", R.duration),
+        ("duration.extensions_only_lengthen_within_the_cap", "extend_only", R.duration),
+        ("duration.extensions_only_lengthen_within_the_cap", "within_the_cap", R.duration),
+        ("duration.extensions_only_lengthen_within_the_cap", "expiry_after_the_promised_end", R.duration),
         ("restore.satisfied_reuse_only_after_confirmed_restore", "confirmation", R.offload_order),
         ("restore.satisfied_reuse_only_after_confirmed_restore", "kv_before_checkpoint", R.hybrid_two_key),
     ],
@@ -188,6 +196,69 @@ def test_duration_encoding_agrees_with_the_system_model() -> None:
         assert _agree(lambda s, i: rp._duration_step(s, i, True), init, alphabet, write, 3, monotone) > 100
 
 
+def _soft_write(init: list[Any]) -> Any:
+    def write(path: list[Step]) -> rp.History:
+        fixed = {"refresh": init[6], "duration_ms": init[7], "max_duration_ms": init[8]}
+        keys = ("kind", "t_ns", "grant_ms")
+        return rp._soft_events([Step(fixed, dict(zip(keys, s.inputs["taken"], strict=True))) for s in path])
+
+    return write
+
+
+def test_soft_terms_encoding_agrees_with_the_system_model() -> None:
+    """Over histories whose clocks never decrease: an acceptance (duration 3 ms, a cap of 3 or
+    5 ms, with and without refresh_on_hit), then refreshing hits, extensions by 1 or 3 ms and
+    expiries at 0..6 ms (shorter histories, acceptance anywhere, too)."""
+    ms = 1_000_000
+    times = (0, 2 * ms, 4 * ms, 6 * ms)
+    alphabet = [(kind, t, 0) for kind in (rp._ACCEPT, rp._HIT, rp._EXPIRE) for t in times]
+    alphabet += [(rp._EXTEND, t, g) for t in times for g in (1, 3)]
+
+    def monotone(inputs: tuple[tuple[int, int, int], ...]) -> bool:
+        return all(a[1] <= b[1] for a, b in itertools.pairwise(inputs))
+
+    def accepted_first(inputs: tuple[tuple[int, int, int], ...]) -> bool:
+        return inputs[0] == (rp._ACCEPT, 0, 0) and monotone(inputs)
+
+    for refresh in (False, True):
+        for cap in (3, 5):
+            init = [rp._ABSENT, 0, 0, 0, 0, 0, refresh, 3, cap]
+            step = partial(rp._soft_step, guards=rp._EXTENSION_GUARDS)
+            write = _soft_write(init)
+            assert _agree(step, init, alphabet, write, 2, monotone) > 50
+            assert _agree(step, init, alphabet, write, 4, accepted_first) > 1000
+
+
+def test_the_soft_terms_counterexamples_break_the_dropped_guard() -> None:
+    """Each counterexample without a guard is rejected by `system.step` for that guard's reason
+    (not merely with rule duration)."""
+    reasons = {
+        "extend_only": "deadlines only extend",
+        "within_the_cap": "past its max_duration_ms",
+        "expiry_after_the_promised_end": "it promised",
+    }
+    job = Job()
+    for guard, why in reasons.items():
+        path = rp._without_guard(job, guard)
+        assert path is not None
+        events, _ = rp._soft_events(path)
+        violation = _first_violation(events)
+        assert violation is not None and violation.rule is R.duration, (guard, events)
+        assert why in violation.message, (guard, violation.message)
+        if guard == "expiry_after_the_promised_end":
+            assert [e["event"] for e in events][-2:] == ["resident_claim_extended", "resident_claim_expired"]
+
+
+def _first_violation(events: list[dict[str, Any]]) -> Any:
+    state = system.init(TraceHeader(kvclaims_trace=1, block_size=16))
+    for k, fields in enumerate(events, start=1):
+        fields = {"seq": k, **fields}
+        after = system.step(state, EVENT_MODELS[fields["event"]].model_validate(fields), k)
+        if isinstance(after, system.Violation):
+            return after
+    return None
+
+
 def test_restore_encoding_agrees_with_the_system_model() -> None:
     others = (E.accept, E.materialize, E.offload, E.require_restore, E.reuse_satisfied)
     for name, profile in rp._RESTORE_PROFILES.items():
@@ -231,6 +302,14 @@ def test_the_block_witness_shows_a_removal_affecting_both_holders(results: dict[
     stored = [e for e in events if e.startswith("block_stored")]
     assert len(stored) == 2 and "'claim_id': 'claim-a'" in stored[0] + stored[1]
     assert events[-1].startswith("block_removed") and "'claim_id': 'claim-b'" in events[-1]
+
+
+def test_the_soft_terms_witnesses_extend_and_cap(results: dict[str, ProofResult]) -> None:
+    witnesses = results["duration.extensions_only_lengthen_within_the_cap"].detail["vacuity_witnesses"]
+    extended = [e.split()[0] for e in witnesses["expiry_after_a_hit_and_a_lengthening_extension"]["events"]]
+    assert extended[-3:] == ["request_reused", "resident_claim_extended", "resident_claim_expired"]
+    capped = [e.split()[0] for e in witnesses["expiry_at_the_cap_before_the_refreshed_duration"]["events"]]
+    assert capped[-2:] == ["request_reused", "resident_claim_expired"]
 
 
 def test_the_duration_witness_expires_after_the_refreshing_hit(results: dict[str, ProofResult]) -> None:

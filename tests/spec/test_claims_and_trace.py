@@ -81,7 +81,7 @@ EVENTS = TypeAdapter(TraceEvent)
 
 
 def test_every_event_type_has_a_model_and_claim_events_need_a_claim_id() -> None:
-    assert len(EVENT_MODELS) == 24  # 23 of the model, and trace_closed that ends a stream
+    assert len(EVENT_MODELS) == 25  # 24 of the model, and trace_closed that ends a stream
     assert "trace_closed" not in CLAIM_EVENT_TYPES
     for name in CLAIM_EVENT_TYPES:
         assert "claim_id" in EVENT_MODELS[name].model_fields

@@ -12,15 +12,22 @@ from kvclaims.refinement import Outcome
 from kvclaims.solver import capacity_proofs, lifecycle_proofs, rule_proofs
 from kvclaims.solver.obligations import all_obligations
 from kvclaims.statemachine.system import table
-from tests.statemachine import cells_claims, cells_identity, cells_requests, test_choke_points
+from tests.statemachine import cells_claims, cells_identity, cells_requests, cells_terms, test_choke_points
 from tests.statemachine.hostile import check
 
-CASES = [*test_choke_points.CASES, *cells_claims.CASES, *cells_requests.CASES, *cells_identity.CASES]
+CASES = [
+    *test_choke_points.CASES,
+    *cells_claims.CASES,
+    *cells_requests.CASES,
+    *cells_identity.CASES,
+    *cells_terms.CASES,
+]
 HEADERS = {
     **test_choke_points.HEADERS,
     **cells_claims.HEADERS,
     **cells_requests.HEADERS,
     **cells_identity.HEADERS,
+    **cells_terms.HEADERS,
 }
 
 SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "trace-v1-event.schema.json"
@@ -80,10 +87,17 @@ PAIRS = {
         *cells_claims.PAIRS.get(cell, []),
         *cells_requests.PAIRS.get(cell, []),
         *cells_identity.PAIRS.get(cell, []),
+        *cells_terms.PAIRS.get(cell, []),
     ]
-    for cell in {*CHOKE_POINT_PAIRS, *cells_claims.PAIRS, *cells_requests.PAIRS, *cells_identity.PAIRS}
+    for cell in {
+        *CHOKE_POINT_PAIRS,
+        *cells_claims.PAIRS,
+        *cells_requests.PAIRS,
+        *cells_identity.PAIRS,
+        *cells_terms.PAIRS,
+    }
 }
-"""Every cell's pairs, from the four case modules."""
+"""Every cell's pairs, from the five case modules."""
 
 CASE_NAMES = [name for name, *_ in CASES]
 

@@ -176,6 +176,119 @@ def test_refresh_on_hit_restarts_the_clock_at_a_satisfied_reuse(tmp_path: Path) 
     accepted(tmp_path)
 
 
+def test_a_cap_ends_a_refreshed_term_at_the_cap(tmp_path: Path) -> None:
+    """A hit at 250 ms would run a 300 ms term to 550; the 400 ms cap ends it first, and the
+    checker, which knows the cap, accepts that expiry (without the cap it would be early)."""
+    built, clock = lane(tmp_path)
+    claim = expiring("ttl", 2, duration_ms=300, refresh_on_hit=True, max_duration_ms=400)
+    prompt = tokens("p", 2 * BLOCK + 3)
+    built.add("owner", prompt, extra_args=claim)
+    step_until_idle(built, clock)
+    clock.ns += 250 * MS
+    built.add("reuser", prompt, extra_args={"kvclaims_claim_id": "ttl"})
+    step_until_idle(built, clock)
+    clock.ns += 200 * MS
+    built.add("other", tokens("q", 2 * BLOCK))
+    step_until_idle(built, clock)
+    built.close()
+    (acceptance,) = events(tmp_path, "resident_claim_accepted")
+    (reuse,) = events(tmp_path, "request_reused")
+    (expiry,) = events(tmp_path, "resident_claim_expired")
+    assert acceptance["max_duration_ms"] == 400 and reuse["predicate_satisfied"] is True
+    assert 400 * MS <= expiry["t_ns"] - acceptance["t_ns"] < reuse["t_ns"] + 300 * MS - acceptance["t_ns"]
+    accepted(tmp_path)
+
+
+def extend(claim_id: str, **durations: int) -> dict[str, Any]:
+    """The metadata of an owner's request to extend `claim_id` by `durations`."""
+    return {
+        "kvclaims_claim_id": claim_id,
+        "kvclaims_op": "extend",
+        **{f"kvclaims_{k}": v for k, v in durations.items()},
+    }
+
+
+def test_an_owner_extends_its_claim_and_the_expiry_moves_later(tmp_path: Path) -> None:
+    built, clock = lane(tmp_path)
+    built.add(
+        "owner", tokens("p", 2 * BLOCK), extra_args=expiring("ttl", 2, duration_ms=300, max_duration_ms=2000)
+    )
+    step_until_idle(built, clock)
+    clock.ns += 100 * MS
+    built.add("extender", tokens("q", BLOCK), extra_args=extend("ttl", duration_ms=500))
+    step_until_idle(built, clock)
+    clock.ns += 350 * MS  # past the first 300 ms, before the extension's end
+    built.add("other", tokens("r", BLOCK))
+    built.step()
+    assert built.arbiter.claim_states()["ttl"] == "materialized"
+    clock.ns += 300 * MS
+    step_until_idle(built, clock)
+    built.close()
+    (extension,) = events(tmp_path, "resident_claim_extended")
+    (expiry,) = events(tmp_path, "resident_claim_expired")
+    assert extension["duration_ms"] == 500
+    assert expiry["t_ns"] >= extension["t_ns"] + 500 * MS
+    accepted(tmp_path)
+
+
+def test_an_extension_is_clipped_at_the_cap_and_a_useless_one_is_rejected(tmp_path: Path) -> None:
+    built, clock = lane(tmp_path)
+    built.add(
+        "owner", tokens("p", 2 * BLOCK), extra_args=expiring("ttl", 2, duration_ms=300, max_duration_ms=400)
+    )
+    step_until_idle(built, clock)
+    clock.ns += 100 * MS
+    for name, asked in (
+        ("clipped", {"duration_ms": 1000}),
+        ("useless", {"duration_ms": 1000}),
+        ("clock", {"duration_steps": 5}),
+    ):
+        built.add(name, tokens(name, BLOCK), extra_args=extend("ttl", **asked))
+        step_until_idle(built, clock)
+    built.close()
+    (acceptance,) = events(tmp_path, "resident_claim_accepted")
+    (extension,) = events(tmp_path, "resident_claim_extended")
+    end = extension["t_ns"] + extension["duration_ms"] * MS
+    assert acceptance["t_ns"] + 300 * MS < end <= acceptance["t_ns"] + 400 * MS
+    reasons = [e["reason"] for e in events(tmp_path, "resident_claim_rejected")]
+    assert any("would not end later than the term" in r for r in reasons)
+    assert any("carry no duration_steps" in r for r in reasons)
+    accepted(tmp_path)
+
+
+def test_an_extension_of_another_owners_claim_or_an_ended_one_is_rejected(tmp_path: Path) -> None:
+    built, clock = lane(tmp_path)
+    built.add("owner", tokens("p", 2 * BLOCK), extra_args=expiring("ttl", 2, duration_ms=50))
+    step_until_idle(built, clock)
+    built.add(
+        "thief", tokens("t", BLOCK), extra_args=extend("ttl", duration_ms=500) | {"kvclaims_owner": "mallory"}
+    )
+    step_until_idle(built, clock)
+    clock.ns += 100 * MS
+    built.add("stepper", tokens("s", BLOCK))  # expiry runs at engine steps
+    step_until_idle(built, clock)
+    assert built.arbiter.claim_states().get("ttl") in (None, "expired", "released")
+    built.add("late", tokens("l", BLOCK), extra_args=extend("ttl", duration_ms=500))
+    step_until_idle(built, clock)
+    built.close()
+    assert events(tmp_path, "resident_claim_extended") == []
+    reasons = [e["reason"] for e in events(tmp_path, "resident_claim_rejected")]
+    assert any("belongs to another owner" in r for r in reasons)
+    assert any("no such live claim" in r or "already expired" in r for r in reasons)
+    accepted(tmp_path)
+
+
+def test_a_cap_without_its_duration_is_rejected_with_a_reason(tmp_path: Path) -> None:
+    built, clock = lane(tmp_path)
+    claim = expiring("capped", 2, duration_steps=3, max_duration_ms=300)
+    built.add("owner", tokens("p", 2 * BLOCK), extra_args=claim)
+    step_until_idle(built, clock)
+    built.close()
+    (rejection,) = events(tmp_path, "resident_claim_rejected")
+    assert "a cap needs duration_ms" in rejection["reason"]
+    accepted(tmp_path)
+
+
 def test_both_durations_at_once_are_rejected_with_a_reason(tmp_path: Path) -> None:
     built, clock = lane(tmp_path)
     claim = expiring("two-clocks", 2, duration_ms=300, duration_steps=3)

@@ -78,6 +78,9 @@ def test_op_defaults_to_attach_without_terms() -> None:
         (submit(kvclaims_priority=1), "unknown claim metadata key"),
         (submit(kvclaims_op="steal"), "unknown kvclaims_op"),
         (submit(kvclaims_op="release"), "takes no claim terms"),
+        (submit(kvclaims_op="extend"), "kvclaims_op extend takes only"),
+        ({"kvclaims_op": "extend", "kvclaims_claim_id": "c"}, "kvclaims_op extend needs"),
+        ({"kvclaims_op": "extend", "kvclaims_claim_id": "c", "kvclaims_duration_ms": 0}, "must be in 1.."),
         ({"kvclaims_op": "submit", "kvclaims_claim_id": "c"}, "needs kvclaims_mode"),
         ({"kvclaims_claim_id": "c", "kvclaims_mode": "hard_protected"}, "needs kvclaims_footprint_blocks"),
         (submit(kvclaims_predicate_blocks=2, kvclaims_predicate_tokens=3), "not both"),
@@ -87,6 +90,8 @@ def test_op_defaults_to_attach_without_terms() -> None:
         (submit(kvclaims_owner=7), "kvclaims_owner must be a string"),
         (submit(kvclaims_duration_ms=0), "must be in 1.."),
         (submit(kvclaims_duration_ms=2.5), "must be an integer, got float"),
+        (submit(kvclaims_max_duration_ms=0), "must be in 1.."),
+        (submit(kvclaims_max_duration_steps=True), "must be an integer, got bool"),
         (submit(kvclaims_refresh_on_hit=1), "must be a boolean, got int 1"),
         (submit(kvclaims_refresh_on_hit="true"), "must be a boolean"),
         (submit(kvclaims_refresh_on_hit=2, kvclaims_raw_types="ok"), "must be a boolean, got int 2"),
@@ -124,13 +129,25 @@ def test_every_documented_key_is_read() -> None:
         "kvclaims_duration_steps": 5,
         "kvclaims_duration_ms": 50,
         "kvclaims_refresh_on_hit": True,
+        "kvclaims_max_duration_steps": 10,
+        "kvclaims_max_duration_ms": 100,
         "kvclaims_object_id": "obj",
         "kvclaims_owner": "o",
         "kvclaims_owner_token": "t",
         "kvclaims_raw_types": "ok",
     }
     assert set(metadata) | {"kvclaims_predicate_blocks", "kvclaims_checkpoint_boundary_blocks"} == set(KEYS)
-    assert isinstance(parse_claim_metadata(metadata), ClaimRequest)
+    parsed = parse_claim_metadata(metadata)
+    assert isinstance(parsed, ClaimRequest)
+    assert (parsed.max_duration_steps, parsed.max_duration_ms) == (10, 100)
+
+
+def test_an_extension_takes_only_the_duration_it_grants() -> None:
+    parsed = parse_claim_metadata(
+        {"kvclaims_op": "extend", "kvclaims_claim_id": "c", "kvclaims_duration_ms": 50}
+    )
+    assert isinstance(parsed, ClaimRequest)
+    assert (parsed.op, parsed.duration_ms, parsed.mode) == (ClaimOp.extend, 50, None)
 
 
 def test_a_checkpoint_boundary_makes_a_two_key_claim_and_excludes_other_predicates() -> None:

@@ -33,6 +33,8 @@ TERMS_FIELDS = (
     "duration_steps",
     "duration_ms",
     "refresh_on_hit",
+    "max_duration_steps",
+    "max_duration_ms",
 )
 CLOCKS = ("engine_step", "t_ns")
 PROOF_NUMBERS = (
@@ -47,6 +49,7 @@ CLAIM_EVENTS = (
     "resident_claim_accepted",
     "resident_claim_conditionally_accepted",
     "resident_claim_rejected",
+    "resident_claim_extended",
     "resident_claim_materialized",
     "resident_claim_demoted",
     "resident_claim_expired",

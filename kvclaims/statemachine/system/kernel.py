@@ -328,6 +328,7 @@ _RULES: Mapping[str, Callable[[SystemState, Any], None]] = MappingProxyType(
         "resident_claim_accepted": SystemState._accepted,
         "resident_claim_conditionally_accepted": SystemState._conditionally_accepted,
         "resident_claim_rejected": SystemState._rejected,
+        "resident_claim_extended": SystemState._extended,
         "resident_claim_materialized": SystemState._materialized,
         "resident_claim_demoted": SystemState._demoted,
         "resident_claim_expired": SystemState._expired,

@@ -244,11 +244,17 @@ class ClaimRecord:
         "clock_ns",
         "clock_step",
         "contents",
+        "decided_ns",
+        "decided_step",
         "duration_ms",
         "duration_steps",
+        "extended_ns",
+        "extended_step",
         "footprint",
         "kv_restored",
         "leading",
+        "max_duration_ms",
+        "max_duration_steps",
         "mode",
         "object_id",
         "offload_at",
@@ -282,8 +288,17 @@ class ClaimRecord:
         self.duration_steps: int | None = None
         self.duration_ms: int | None = None
         self.refresh_on_hit = False
+        self.max_duration_steps: int | None = None
+        self.max_duration_ms: int | None = None
         self.clock_step: int | None = None
         self.clock_ns: int | None = None
+        """Where each duration clock runs from: the decision, or the last refreshing hit."""
+        self.decided_step: int | None = None
+        self.decided_ns: int | None = None
+        """The decision's stamps, where the caps run from."""
+        self.extended_step: int | None = None
+        self.extended_ns: int | None = None
+        """The latest end an extension granted on each clock (absolute), if any."""
         self.required: int | None = None
         self.checkpoint: Any = None
         self.kv_restored = False
@@ -321,6 +336,8 @@ class ClaimRecord:
             self.duration_steps,
             self.duration_ms,
             self.refresh_on_hit,
+            self.max_duration_steps,
+            self.max_duration_ms,
         )
 
 

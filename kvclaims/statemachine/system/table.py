@@ -28,6 +28,7 @@ CONTEXT: Mapping[tuple[str, str], str] = {
     ("resident_claim_expired", "reason"): "free text for people",
     ("resident_claim_released", "reason"): "free text for people",
     ("resident_claim_rejected", "reason"): "free text for people",
+    ("resident_claim_extended", "reason"): "free text for people",
     ("resident_claim_rejected", "claim_id"): "the lifecycle: a rejection decides the claim",
     ("fault_injected", "kind"): "context for a counterexample, not a model step",
     ("fault_injected", "claim_id"): "context for a counterexample, not a model step",

@@ -4,7 +4,8 @@ repeats them, a change needs a conditional acceptance.
 
 Events: resident_claim_submitted, resident_claim_accepted, resident_claim_conditionally_accepted,
 resident_claim_rejected (fields owner_scope, object_id, mode, predicate, footprint_blocks,
-duration_steps, duration_ms, refresh_on_hit, engine_step, t_ns).
+duration_steps, duration_ms, refresh_on_hit, max_duration_steps, max_duration_ms, engine_step,
+t_ns).
 """
 
 from __future__ import annotations
@@ -120,8 +121,11 @@ class TermsModel:
         claim.duration_steps = ev.duration_steps
         claim.duration_ms = ev.duration_ms
         claim.refresh_on_hit = ev.refresh_on_hit
-        claim.clock_step = ev.engine_step
-        claim.clock_ns = ev.t_ns
+        claim.max_duration_steps = ev.max_duration_steps
+        claim.max_duration_ms = ev.max_duration_ms
+        claim.clock_step = claim.decided_step = ev.engine_step
+        claim.clock_ns = claim.decided_ns = ev.t_ns
+        claim.extended_step = claim.extended_ns = None
         if two_key:
             claim.required = predicate.boundary_blocks
         elif predicate.blocks is not None:
@@ -150,10 +154,12 @@ class TermsModel:
 
 
 def _show_terms(terms: tuple[Any, ...]) -> str:
-    owner, obj, mode, predicate, footprint, steps, ms, refresh = terms
+    owner, obj, mode, predicate, footprint, steps, ms, refresh, cap_steps, cap_ms = terms
     shown = f"owner {owner}, object {obj}, mode {mode}, predicate {predicate}, footprint {footprint}"
     if steps is not None or ms is not None or refresh:
         shown += f", duration {steps} steps / {ms} ms, refresh_on_hit {refresh}"
+    if cap_steps is not None or cap_ms is not None:
+        shown += f", capped at {cap_steps} steps / {cap_ms} ms"
     return shown
 
 
