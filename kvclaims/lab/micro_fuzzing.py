@@ -71,7 +71,7 @@ from kvclaims.spec.trace import (
     RouteOutcome,
     RouteReuseReported,
 )
-from kvclaims.spec.vocabulary import ProtectionMode
+from kvclaims.spec.vocabulary import NS_PER_MS, ProtectionMode
 from kvclaims.statemachine import routing
 from kvclaims.statemachine.lifecycle import RESPONSIBLE, Event, Phase
 from kvclaims.statemachine.requests import RequestEvent, RequestPhase
@@ -288,9 +288,9 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
         if name == "resident_claim_accepted" and event.get("duration_ms"):
             self.clock_started[claim_id] = self.clock_decided[claim_id] = event["t_ns"]
             if event.get("max_duration_ms"):
-                self.clock_cap_ns[claim_id] = event["max_duration_ms"] * 1_000_000
+                self.clock_cap_ns[claim_id] = event["max_duration_ms"] * NS_PER_MS
         elif name == "resident_claim_extended" and event.get("duration_ms"):
-            end = event["t_ns"] + event["duration_ms"] * 1_000_000
+            end = event["t_ns"] + event["duration_ms"] * NS_PER_MS
             self.clock_extended[claim_id] = max(end, self.clock_extended.get(claim_id, end))
         elif name == "request_reused" and event["predicate_satisfied"] and claim_id in self.clock_started:
             claim = self.runtime.claims.get(claim_id)
@@ -436,6 +436,37 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
     def advance_clock(self, ms: int) -> None:
         """Wall-clock time passes with no engine step: timed claims whose duration ended expire."""
         self.runtime.advance_clock(ms)
+
+    def _timed_responsible(self) -> list[MicroClaim]:
+        """Responsible `duration_ms` claims whose acceptance the trace has shown."""
+        shown = self.clock_started
+        return self._claims(
+            lambda c: c.phase in RESPONSIBLE and c.spec.duration_ms is not None and c.spec.claim_id in shown
+        )
+
+    def _traced_end_ns(self, claim: MicroClaim) -> int:
+        """The `t_ns` a timed claim's term ends at, read from its trace (not the runtime's own
+        arithmetic): `min(max(start + duration, latest extension), acceptance + cap)`."""
+        claim_id = claim.spec.claim_id
+        assert claim.spec.duration_ms is not None
+        end = max(
+            self.clock_started[claim_id] + claim.spec.duration_ms * NS_PER_MS,
+            self.clock_extended.get(claim_id, 0),
+        )
+        if claim_id in self.clock_cap_ns:
+            end = min(end, self.clock_decided[claim_id] + self.clock_cap_ns[claim_id])
+        return end
+
+    @precondition(lambda self: self._timed_responsible())
+    @rule(index=st.integers(0, 63), offset_ms=st.sampled_from((-1, 0, 1)))
+    def advance_clock_to_a_term_end(self, index: int, offset_ms: int) -> None:
+        """Wall-clock time passes to one millisecond before, at or after a timed claim's term
+        end: the instants where an off-by-one deadline shows (random advances rarely land on
+        them)."""
+        claim = self._pick(self._timed_responsible(), index)
+        ms = (self._traced_end_ns(claim) - self.runtime.now_ns) // NS_PER_MS + offset_ms
+        if ms > 0:
+            self.runtime.advance_clock(ms)
 
     @rule(job=st.integers(0, JOBS - 1), last=st.booleans(), pin_ms=st.integers(1, 400))
     def job_turn(self, job: int, last: bool, pin_ms: int) -> None:
@@ -622,14 +653,9 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
         its trace (early expiry is the refinement checker's `duration` rule)."""
         self._observe()
         now = self.runtime.now_ns
-        for claim in self._claims(lambda c: c.phase in RESPONSIBLE and c.spec.duration_ms is not None):
+        for claim in self._timed_responsible():
             claim_id = claim.spec.claim_id
-            started = self.clock_started.get(claim_id)
-            if started is None:
-                continue
-            end = max(started + claim.spec.duration_ms * 1_000_000, self.clock_extended.get(claim_id, 0))
-            if claim_id in self.clock_cap_ns:
-                end = min(end, self.clock_decided[claim_id] + self.clock_cap_ns[claim_id])
+            started, end = self.clock_started[claim_id], self._traced_end_ns(claim)
             if now >= end:
                 raise InvariantBroken(
                     f"timed_claims_expire_on_time: {claim_id} is {claim.phase} "

@@ -31,7 +31,7 @@ from kvclaims.microruntime.tracing import TraceSink, trace_header
 from kvclaims.spec.errors import InputError, Problem
 from kvclaims.spec.tables import OFFLOAD_MODES
 from kvclaims.spec.trace import ConflictReason, RestorationOutcome
-from kvclaims.spec.vocabulary import ProtectionMode
+from kvclaims.spec.vocabulary import NS_PER_MS, ProtectionMode
 from kvclaims.statemachine.checkpoint import HybridCheckpoint, restore
 from kvclaims.statemachine.ledger import (
     Claim,
@@ -64,9 +64,8 @@ _RESERVING = RESPONSIBLE - {Phase.offloaded}
 """Responsible phases in which a claim's blocks are protected on the device (an offloaded claim
 reserves no device block until its restore)."""
 
-_NS_PER_MS = 1_000_000
 
-_SCALE = {"steps": 1, "ms": _NS_PER_MS}
+_SCALE = {"steps": 1, "ms": NS_PER_MS}
 """Per duration clock (the `<clock>` of `duration_<clock>` / `max_duration_<clock>`), the
 runtime's units per trace unit: engine steps are steps, milliseconds are `t_ns` nanoseconds."""
 
@@ -167,7 +166,7 @@ class MicroClaim(Claim):
         duration = spec.duration_steps if clock == "steps" else spec.duration_ms
         if duration is None:
             return None
-        at, scale = (0, 1) if clock == "steps" else (1, _NS_PER_MS)
+        at, scale = (0, 1) if clock == "steps" else (1, NS_PER_MS)
         end = self.started[at] + duration * scale
         extended = self.extended_to.get(clock)
         if extended is not None and extended > end:
@@ -648,10 +647,10 @@ class MicroRuntime:
             self.ledger.expire_at(claim, step=steps_end)
         ns_end = claim.promised_end("ms")
         if ns_end is not None:
-            self.ledger.expire_at(claim, ms=ns_end / _NS_PER_MS)
+            self.ledger.expire_at(claim, ms=ns_end / NS_PER_MS)
 
     def _expire_due(self) -> None:
-        now_ms = self.now_ns / _NS_PER_MS if self.wall_clock else None
+        now_ms = self.now_ns / NS_PER_MS if self.wall_clock else None
         for claim in self.ledger.due(self.step, now_ms):
             self._emit("resident_claim_expired", {"claim_id": claim.claim_id, "reason": "duration ended"})
             self._advance(claim, Event.expire)
@@ -1214,7 +1213,7 @@ class MicroRuntime:
                     )
                 ]
             )
-        self.now_ns += ms * _NS_PER_MS
+        self.now_ns += ms * NS_PER_MS
         self._expire_due()
 
     def newly_admitted(self) -> list[str]:

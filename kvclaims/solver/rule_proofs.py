@@ -45,7 +45,7 @@ from kvclaims.solver.proofs import Method, Outcome, ProofObligation
 from kvclaims.solver.z3env import Job, any_of, decided
 from kvclaims.spec.tables import PRESERVING_MODES
 from kvclaims.spec.trace import EVENT_MODELS, TraceHeader
-from kvclaims.spec.vocabulary import ConformanceRule, ProtectionMode
+from kvclaims.spec.vocabulary import NS_PER_MS, ConformanceRule, ProtectionMode
 from kvclaims.statemachine import system
 from kvclaims.statemachine.lifecycle import INITIAL, TRANSITIONS, ClaimProfile, Event, Phase
 
@@ -67,7 +67,6 @@ BOUND = 8
 """BMC bound (steps) for witnesses and counterexamples."""
 RELAXING = frozenset({E.demote, E.expire, E.release, E.fail_restoration_demotion, E.fail_restoration_expiry})
 """Events after which responsibility ended (demoted, expired or released)."""
-_NS_PER_MS = 1_000_000
 
 
 # --- replaying a decoded history through the system model --------------------------------------
@@ -540,7 +539,7 @@ def _duration_step(s: State, i: Inputs, with_rule: bool) -> tuple[z3.BoolRef, li
     reuse after the expiry is legal too (the lifecycle allows it) and changes nothing."""
     phase, accepted_at, clock, hit_at, last, refresh, duration = s
     kind, t = i
-    due = t - clock >= duration * _NS_PER_MS
+    due = t - clock >= duration * NS_PER_MS
     responsible = phase == _RESPONSIBLE
     legal = z3.And(
         t >= last,
@@ -575,7 +574,7 @@ def _duration_system(job: Job, with_rule: bool) -> TransitionSystem:
 def _early_expiry(with_rule: bool) -> Callable[[State, Inputs], z3.BoolRef]:
     def bad(s: State, i: Inputs) -> z3.BoolRef:
         legal, _ = _duration_step(s, i, with_rule)
-        promised = s[6] * _NS_PER_MS
+        promised = s[6] * NS_PER_MS
         early = z3.Or(i[1] < s[1] + promised, z3.And(s[5], i[1] < s[3] + promised))
         return z3.And(i[0] == _EXPIRE, legal, early)
 
@@ -644,12 +643,12 @@ def _soft_step(s: State, i: Inputs, guards: tuple[str, ...]) -> tuple[z3.BoolRef
     claim is a lifecycle violation."""
     phase, decided, clock, extended, last, announced, refresh, duration, cap = s
     kind, t, grant = i
-    cap_end = decided + cap * _NS_PER_MS
+    cap_end = decided + cap * NS_PER_MS
     promised = z3.If(  # min(max(start + duration, latest extension), decision + cap)
-        clock + duration * _NS_PER_MS >= extended, clock + duration * _NS_PER_MS, extended
+        clock + duration * NS_PER_MS >= extended, clock + duration * NS_PER_MS, extended
     )
     promised = z3.If(promised <= cap_end, promised, cap_end)
-    granted = t + grant * _NS_PER_MS
+    granted = t + grant * NS_PER_MS
     responsible = phase == _RESPONSIBLE
     extend_rules = [grant >= 1]
     if "extend_only" in guards:  # deadlines only extend
@@ -668,7 +667,7 @@ def _soft_step(s: State, i: Inputs, guards: tuple[str, ...]) -> tuple[z3.BoolRef
     )
     accept, extend = kind == _ACCEPT, kind == _EXTEND
     refreshing = z3.And(kind == _HIT, responsible, refresh)
-    refreshed_end = t + duration * _NS_PER_MS
+    refreshed_end = t + duration * NS_PER_MS
     refreshed_end = z3.If(refreshed_end <= cap_end, refreshed_end, cap_end)
 
     def later(x: z3.ArithRef, y: z3.ArithRef) -> z3.ArithRef:
@@ -682,7 +681,7 @@ def _soft_step(s: State, i: Inputs, guards: tuple[str, ...]) -> tuple[z3.BoolRef
         t,
         z3.If(
             accept,
-            t + duration * _NS_PER_MS,
+            t + duration * NS_PER_MS,
             z3.If(
                 refreshing,
                 later(announced, refreshed_end),
@@ -711,13 +710,13 @@ def _broken_promise(guards: tuple[str, ...]) -> Callable[[State, Inputs], z3.Boo
         legal, _ = _soft_step(s, i, guards)
         kind, t, grant = i
         decided, announced, cap = s[1], s[5], s[8]
-        granted = t + grant * _NS_PER_MS
+        granted = t + grant * NS_PER_MS
         return z3.And(
             legal,
             z3.Or(
                 z3.And(kind == _EXPIRE, t < announced),
                 z3.And(kind == _EXTEND, granted < announced),
-                z3.And(kind == _EXTEND, granted > decided + cap * _NS_PER_MS),
+                z3.And(kind == _EXTEND, granted > decided + cap * NS_PER_MS),
             ),
         )
 
@@ -726,7 +725,7 @@ def _broken_promise(guards: tuple[str, ...]) -> Callable[[State, Inputs], z3.Boo
 
 def _soft_readable(s: State, i: Inputs) -> z3.BoolRef:
     """Witnesses and counterexamples use stamps of at most 10 ms and terms of at most 10 ms."""
-    return z3.And(i[1] <= 10 * _NS_PER_MS, i[2] <= 10, s[8] <= 10)
+    return z3.And(i[1] <= 10 * NS_PER_MS, i[2] <= 10, s[8] <= 10)
 
 
 def _soft_events(path: list[Step]) -> History:
@@ -769,7 +768,7 @@ def _without_guard(job: Job, guard: str) -> list[Step] | None:
         broken = _broken_promise(kept)(s, i)
         if guard != "expiry_after_the_promised_end":
             return broken
-        return z3.And(broken, i[0] == _EXPIRE, i[1] >= s[1] + s[7] * _NS_PER_MS)
+        return z3.And(broken, i[0] == _EXPIRE, i[1] >= s[1] + s[7] * NS_PER_MS)
 
     return bmc(_soft_system(job, kept), target, BOUND, _soft_readable)
 
@@ -786,7 +785,7 @@ def _extension_obligation(job: Job, facts: Facts) -> Outcome:
         return target
 
     def ms(x: z3.ArithRef) -> z3.ArithRef:
-        return x * _NS_PER_MS
+        return x * NS_PER_MS
 
     witnesses = bmc_many(
         guarded,

@@ -8,6 +8,10 @@ enforcement sets) is not decided here but in `kvclaims.spec.tables`, the one tab
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Final
+
+NS_PER_MS: Final = 1_000_000
+"""A trace's `t_ns` per millisecond of a `duration_ms` (the unit the contract fixes)."""
 
 
 class _RankedStrEnum(StrEnum):

@@ -73,7 +73,7 @@ from kvclaims.spec.trace import (
     TraceHeader,
     _Event,
 )
-from kvclaims.spec.vocabulary import ClaimState, ProtectionMode
+from kvclaims.spec.vocabulary import NS_PER_MS, ClaimState, ProtectionMode
 from kvclaims.statemachine.ledger import ConflictAction, Loss, fewest_oldest, next_request_phase
 from kvclaims.statemachine.lifecycle import SATISFIABLE, SETTLED, Event, Phase
 from kvclaims.statemachine.requests import RequestEvent, RequestPhase
@@ -106,8 +106,7 @@ REFUSAL_STOP_PREFIX = "kvclaims:refused"
 HTTP 500 that drops stop_reason; ABORT reaches the client as finish_reason "abort" with the
 stop_reason visible, and is what a refusal is: the engine did not serve the request."""
 
-_NS_PER_MS = 1_000_000
-_SCALE = {"steps": 1, "ms": _NS_PER_MS}
+_SCALE = {"steps": 1, "ms": NS_PER_MS}
 """Per duration clock, its units per trace unit (engine steps; t_ns per ms)."""
 _ROUNDING_MARGIN_NS = 1_000
 """How much later than a term's exact end (t_ns) its float-ms deadline is armed: a wall-clock
@@ -881,12 +880,12 @@ class ClaimArbiter:
         if clock == "steps":
             self.ledger.expire_at(record, step=end)
         else:  # a float ms deadline, a little late: rounding must never make an expiry early
-            self.ledger.expire_at(record, ms=(end + _ROUNDING_MARGIN_NS) / _NS_PER_MS)
+            self.ledger.expire_at(record, ms=(end + _ROUNDING_MARGIN_NS) / NS_PER_MS)
 
     def _expire_due(self) -> None:
         if not self.ledger.armed:
             return
-        now_ms = self.now_ns() / _NS_PER_MS
+        now_ms = self.now_ns() / NS_PER_MS
         due = self.ledger.due(self.step, now_ms)
         if not due:
             return

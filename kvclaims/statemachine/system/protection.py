@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvclaims.spec.vocabulary import (
+    NS_PER_MS,
     TraceWitness,
 )
 from kvclaims.statemachine.lifecycle import (
@@ -22,7 +23,6 @@ from kvclaims.statemachine.lifecycle import (
 )
 from kvclaims.statemachine.system.declarations import CLOCKS, Rule
 from kvclaims.statemachine.system.records import (
-    _NS_PER_MS,
     RESPONSIBLE,
     ClaimRecord,
     R,
@@ -238,7 +238,7 @@ def _clocks_of(
             claim.extended_step, ev.engine_step, granted_steps,
         ),
         _Clock(
-            "ms", "ms", "t_ns", _NS_PER_MS,
+            "ms", "ms", "t_ns", NS_PER_MS,
             claim.duration_ms, claim.max_duration_ms, claim.clock_ns, claim.decided_ns,
             claim.extended_ns, ev.t_ns, granted_ms,
         ),

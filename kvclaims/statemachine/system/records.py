@@ -216,7 +216,6 @@ ASSUMED = 255
 """`ClaimRecord.present[p]` of a position assumed from a materialized report (no block named it)."""
 _MAX_HOLDERS = ASSUMED - 1
 """Device blocks that may hold one claim position at once (duplicates of one content)."""
-_NS_PER_MS = 1_000_000
 SCAN_ALLOWANCE = 10_000_000
 SCAN_PER_STEP = 64
 """Budget of the walks over claim blocks and prefixes: a fixed allowance plus this much per
