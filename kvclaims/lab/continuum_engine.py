@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from kvclaims.lab.continuum_scenarios import _of, read_events
 from kvclaims.lab.engine_lane import ENGINE_BLOCK_SIZE as BLOCK
 from kvclaims.lab.engine_lane import engine_prompt
+from kvclaims.spec.vocabulary import NS_PER_MS
 
 if TYPE_CHECKING:
     from kvclaims.lab.engine_lane import EngineLane
@@ -69,7 +70,7 @@ def continuum_agent_turns(lane: EngineLane, trace: Path) -> dict[str, Any]:
         "turn_reuse_cached_blocks": [e.cached_blocks for e in reuses],
         "released": len(_of(events, "resident_claim_released")),
         "expired": [e.claim_id for e in expired],
-        "expired_after_ms": [(e.t_ns - accepted[e.claim_id].t_ns) / 1e6 for e in expired],
+        "expired_after_ms": [(e.t_ns - accepted[e.claim_id].t_ns) / NS_PER_MS for e in expired],
         "pinned_blocks_at_end": pinned_at_end,
         "last_turn_stop_reason": run.finished["turn-2"].stop_reason,
         "harmed": len(_of(events, "resident_claim_harmed")),

@@ -22,6 +22,7 @@ from pydantic import TypeAdapter
 
 from kvclaims.lab.virtual_clock import VirtualClock
 from kvclaims.spec.trace import TraceEvent
+from kvclaims.spec.vocabulary import NS_PER_MS
 from kvclaims.vllm_binding.config import BindingConfig, ContinuumSettings
 
 BLOCK = 16
@@ -87,7 +88,7 @@ class ContinuumLikePins:
                 break
             blocks.append(found[0])
         self.lane.block_pool.touch(blocks)
-        self.pins[job] = (self.clock.ns + PIN_MS * 1_000_000, blocks)
+        self.pins[job] = (self.clock.ns + PIN_MS * NS_PER_MS, blocks)
 
     def lapse(self, waiting_jobs: set[str]) -> int:
         """Unpin every pin whose TTL ended and whose job has no request waiting."""
@@ -155,7 +156,7 @@ def _agent_jobs(lane: Any, clock: VirtualClock, stock: ContinuumLikePins | None)
         "jobs_completed": done_jobs,
         "turns_completed": turns_done,
         "steps_run": step + 1,
-        "virtual_ms": clock.ns // 1_000_000,
+        "virtual_ms": clock.ns // NS_PER_MS,
         "peak_pinned_blocks": peak_pinned,
         "peak_pinned_fraction": round(peak_pinned / AGENT_POOL, 3),
         "steps_nothing_ran_while_requests_waited": stalls,
@@ -247,7 +248,7 @@ def continuum_ttl_pin(trace: Path) -> dict[str, Any]:
     removed_c = [e for e in _of(events, "block_removed") if e.claim_id == pin["c"]]
 
     def held_ms(claim_id: str, until: Any) -> float:
-        return (until.t_ns - accepted[claim_id].t_ns) / 1_000_000
+        return (until.t_ns - accepted[claim_id].t_ns) / NS_PER_MS
 
     return {
         "pin_ms": PIN_MS,

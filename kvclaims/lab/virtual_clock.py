@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from kvclaims.spec.vocabulary import NS_PER_MS
+
 
 class VirtualClock:
     """Wall-clock nanoseconds that move only when the driver says so."""
@@ -15,4 +17,4 @@ class VirtualClock:
 
     def advance(self, ms: int) -> None:
         """Move the clock `ms` milliseconds forward."""
-        self.ns += ms * 1_000_000
+        self.ns += ms * NS_PER_MS

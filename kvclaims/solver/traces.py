@@ -47,7 +47,7 @@ from kvclaims.solver.lifecycle_model import (
 )
 from kvclaims.solver.z3env import DEFAULT_SEED, Job, all_of, any_of, decided
 from kvclaims.spec.tracefile import closing_line
-from kvclaims.spec.vocabulary import ConformanceRule, ProtectionMode
+from kvclaims.spec.vocabulary import NS_PER_MS, ConformanceRule, ProtectionMode
 from kvclaims.statemachine.lifecycle import ClaimProfile, Event, Phase
 from kvclaims.statemachine.requests import RequestEvent, RequestPhase
 from kvclaims.statemachine.system import RESERVING
@@ -916,7 +916,7 @@ class _Writer:
             yield self._event("resident_claim_materialized", **fields)
         elif event in (E.demote, E.expire, E.release):
             if event is E.expire and self.cls.timed and c == 0 and action.variant is None:
-                self.waited_ns += DURATION_MS * 1_000_000
+                self.waited_ns += DURATION_MS * NS_PER_MS
             name = {
                 E.demote: "resident_claim_demoted",
                 E.expire: "resident_claim_expired",
