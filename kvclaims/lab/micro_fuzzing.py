@@ -439,6 +439,7 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
 
     def _timed_responsible(self) -> list[MicroClaim]:
         """Responsible `duration_ms` claims whose acceptance the trace has shown."""
+        self._observe()  # the trace so far, whether or not an invariant has read it yet
         shown = self.clock_started
         return self._claims(
             lambda c: c.phase in RESPONSIBLE and c.spec.duration_ms is not None and c.spec.claim_id in shown
@@ -659,8 +660,8 @@ class MicroRuntimeMachine(RuleBasedStateMachine):
             if now >= end:
                 raise InvariantBroken(
                     f"timed_claims_expire_on_time: {claim_id} is {claim.phase} "
-                    f"{(now - started) / 1e6:g} ms after its clock started; its term ended "
-                    f"{(end - started) / 1e6:g} ms after it"
+                    f"{(now - started) / NS_PER_MS:g} ms after its clock started; its term ended "
+                    f"{(end - started) / NS_PER_MS:g} ms after it"
                 )
 
     @invariant()

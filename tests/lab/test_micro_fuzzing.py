@@ -4,6 +4,7 @@ invariant holding, finds the planted bug, and its traces are accepted by refinem
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -199,6 +200,36 @@ def test_ci_profile_finds_planted_wall_clock_bugs(runtime_class: type[MicroRunti
         run_machine(fresh_machine(runtime_class=runtime_class), settings(CI, max_examples=200))
     failures = list(caught.value.exceptions) if isinstance(caught.value, ExceptionGroup) else [caught.value]
     assert all(str(f).startswith(found) for f in failures), failures
+
+
+@pytest.mark.parametrize(
+    ("runtime_class", "offset_ms", "phase", "found"),
+    [
+        (MicroRuntime, -1, Phase.accepted, None),  # 1 ms before the end: still responsible
+        (MicroRuntime, 0, Phase.expired, None),  # at the end: expired, on time
+        (MicroRuntime, 1, Phase.expired, None),
+        (EarlyTimedExpiry, -1, Phase.expired, "emitted_trace_accepted: [duration]"),
+    ],
+)
+def test_advancing_to_a_term_end_lands_on_the_instants_an_off_by_one_shows(
+    runtime_class: type[MicroRuntime], offset_ms: int, phase: Phase, found: str | None
+) -> None:
+    """The boundary rule moves the clock to the end the trace promises (its acceptance's t_ns
+    plus duration_ms here), offset by a millisecond: the correct runtime expires the claim at
+    the end and not before; the runtime that arms it 1 ms early is caught by the checker."""
+    machine = fresh_machine(runtime_class=runtime_class)()
+    machine.submit_timed_claim(object_id="doc-b", duration_ms=50, refresh_on_hit=False)
+    (claim,) = machine.runtime.claims.values()
+    accepted_at = machine.runtime.now_ns
+    machine.advance_clock_to_a_term_end(index=0, offset_ms=offset_ms)
+    assert machine.runtime.now_ns == accepted_at + (50 + offset_ms) * 1_000_000
+    assert claim.phase is phase
+    machine.timed_claims_expire_on_time()
+    if found is None:
+        machine.emitted_trace_accepted()
+    else:
+        with pytest.raises(InvariantBroken, match=re.escape(found)):
+            machine.emitted_trace_accepted()
 
 
 def test_ci_profile_holds_under_stock_continuum_ttl_pins() -> None:
